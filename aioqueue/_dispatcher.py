@@ -1,0 +1,89 @@
+"""The dispatcher: moves due events to their ready lists, sleeping until the next is due."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+
+import anyio
+
+from ._config import ServiceConfig
+from ._recovery import REDIS_ERRORS, ErrorBackoff
+from ._store import DispatchResult, QueueStore
+
+__all__ = ["Dispatcher"]
+
+# When a ready list is full its consumers are busy; look again soon, without spinning.
+READY_FULL_PAUSE = 0.05
+
+
+class Dispatcher:
+    """Runs dispatch.lua for every handled event type, then sleeps until the earliest due
+    time (at most the scheduling interval) or until woken by a sooner enqueue."""
+
+    def __init__(self, config: ServiceConfig, stores: Callable[[], Iterable[QueueStore]]) -> None:
+        self._config = config
+        self._stores = stores
+        self._scope = anyio.CancelScope()
+        self._wake = anyio.Event()
+        self._next_pass = math.inf
+
+    async def run(self) -> None:
+        errors = ErrorBackoff("dispatching")
+        with self._scope:
+            while True:
+                # Fresh state before the pass: an enqueue that arrives during the pass (which
+                # may already have looked at its type) cuts the following sleep short.
+                self._wake = anyio.Event()
+                self._next_pass = math.inf
+                try:
+                    pause = await self._dispatch_all()
+                except REDIS_ERRORS as exc:
+                    await errors.sleep_after(exc)
+                    continue
+                errors.reset()
+                self._next_pass = time.monotonic() + pause
+                if pause > 0:
+                    with anyio.move_on_after(pause):
+                        await self._wake.wait()
+
+    def stop(self) -> None:
+        self._scope.cancel()
+
+    def wake(self) -> None:
+        """Dispatches now (a handler was added, for example)."""
+        self._wake.set()
+
+    def wake_for(self, due_in: float) -> None:
+        """Dispatches sooner than planned if an event due in `due_in` s would otherwise wait."""
+        if time.monotonic() + due_in < self._next_pass:
+            self._wake.set()
+
+    async def _dispatch_all(self) -> float:
+        """One pass over every event type; returns how long to sleep before the next."""
+        config = self._config
+        pause = config.scheduling_interval
+        for store in list(self._stores()):
+            result = await store.dispatch(
+                batch_size=config.scheduling_batch_size,
+                lease_ms=config.lease_ms,
+                max_attempts=config.retry_attempts,
+                ready_capacity=config.ready_capacity,
+            )
+            if result.dispatched:
+                config.metrics.events_dispatched(store.event_type, result.dispatched)
+            pause = min(pause, self._pause_after(result))
+        return pause
+
+    def _pause_after(self, result: DispatchResult) -> float:
+        taken = result.dispatched + result.buried
+        if result.limit <= 0:
+            return READY_FULL_PAUSE
+        if taken >= result.limit:
+            # A full batch: more may be due right now, unless the ready list cut it short.
+            return 0.0 if result.limit >= self._config.scheduling_batch_size else READY_FULL_PAUSE
+        if result.earliest_due_ms is None:
+            return self._config.scheduling_interval
+        # Round up to the next millisecond so the pass after the sleep finds the event due.
+        return max(0.0, (result.earliest_due_ms - result.server_now_ms + 1) / 1000)

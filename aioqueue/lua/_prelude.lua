@@ -1,0 +1,21 @@
+-- Shared helpers. aioqueue/_scripts.py prepends this file to every script, so each script
+-- is still one self-contained EVAL that touches only the keys passed in KEYS.
+
+-- Milliseconds on the Redis server's clock: every due time lives on this one clock, so
+-- workers with skewed clocks still agree on what is due.
+local function server_time_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Moves one event out of the queue into the dead-letter set, keeping its envelope and
+-- the reason. Nothing leaves a queue silently: every removal other than success or
+-- cancel goes through here.
+local function bury(schedule, events, dead_letters, dead_letter_times, id, envelope, err, now)
+  envelope.error = err
+  envelope.died_at = now
+  redis.call('ZREM', schedule, id)
+  redis.call('HDEL', events, id)
+  redis.call('HSET', dead_letters, id, cjson.encode(envelope))
+  redis.call('ZADD', dead_letter_times, now, id)
+end

@@ -1,0 +1,31 @@
+-- Takes up to `count` envelopes from a ready list for handlers that are free right now.
+-- KEYS[1] ready   KEYS[2] schedule   KEYS[3] events   KEYS[4] dead_letters
+-- KEYS[5] dead_letter_times
+-- ARGV[1] count   ARGV[2] lease ms
+-- An envelope is handed out only if it is still byte-for-byte the stored one: an event that
+-- was cancelled, replaced or re-dispatched since it was pushed is dropped here, so a stale
+-- copy never reaches a handler. Each claimed event's next attempt moves to `lease` ms from
+-- now, so it cannot start again while this handler may still run.
+-- Returns {server now ms, envelope, envelope, ...}.
+local now = server_time_ms()
+local lease = tonumber(ARGV[2])
+local result = {now}
+local popped = redis.call('LPOP', KEYS[1], ARGV[1])
+if not popped then
+  return result
+end
+for _, raw in ipairs(popped) do
+  local ok, envelope = pcall(cjson.decode, raw)
+  if ok and type(envelope) == 'table' and type(envelope.id) == 'string' then
+    if redis.call('HGET', KEYS[3], envelope.id) == raw then
+      redis.call('ZADD', KEYS[2], 'XX', now + lease, envelope.id)
+      result[#result + 1] = raw
+    end
+  else
+    -- Not ours to interpret, but never dropped silently.
+    local id = 'unreadable:' .. redis.sha1hex(raw)
+    bury(KEYS[2], KEYS[3], KEYS[4], KEYS[5], id, {id = id, raw = raw},
+      'ready list entry is not a valid envelope', now)
+  end
+end
+return result

@@ -1,0 +1,58 @@
+-- Moves due events of one type to its ready list, atomically.
+-- KEYS[1] schedule   KEYS[2] events   KEYS[3] ready   KEYS[4] dead_letters
+-- KEYS[5] dead_letter_times
+-- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
+-- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
+-- lost worker only delays the event) and push the envelope. An event that already had all
+-- its attempts goes to the dead-letter set instead.
+-- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit}; limit is how
+-- many events this call was allowed to take (batch size, less when the ready list is full).
+local now = server_time_ms()
+local lease = tonumber(ARGV[2])
+local max_attempts = tonumber(ARGV[3])
+-- The ready list is bounded: when consumers fall behind, events wait in the schedule
+-- (where attempts are not spent) rather than in the list.
+local limit = math.min(tonumber(ARGV[1]), tonumber(ARGV[4]) - redis.call('LLEN', KEYS[3]))
+local dispatched, buried = 0, 0
+if limit > 0 then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #due, 2 do
+    local id = due[i]
+    local raw = redis.call('HGET', KEYS[2], id)
+    if not raw then
+      -- A schedule entry without an event (written by hand): nothing to deliver.
+      redis.call('ZREM', KEYS[1], id)
+    else
+      local ok, envelope = pcall(cjson.decode, raw)
+      if not ok or type(envelope) ~= 'table' then
+        bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw},
+          'envelope is not valid JSON: ' .. tostring(envelope), now)
+        buried = buried + 1
+      else
+        local attempt = tonumber(envelope.attempt) or 0
+        if attempt >= max_attempts then
+          local last_error = envelope.error
+          if type(last_error) ~= 'string' then
+            last_error = 'attempt ' .. attempt .. ' did not finish within the handler timeout'
+          end
+          bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, envelope, last_error, now)
+          buried = buried + 1
+        else
+          envelope.attempt = attempt + 1
+          envelope.due_at = tonumber(due[i + 1])
+          local encoded = cjson.encode(envelope)
+          redis.call('HSET', KEYS[2], id, encoded)
+          redis.call('ZADD', KEYS[1], now + lease, id)
+          redis.call('RPUSH', KEYS[3], encoded)
+          dispatched = dispatched + 1
+        end
+      end
+    end
+  end
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local earliest = -1
+if first[2] then
+  earliest = tonumber(first[2])
+end
+return {dispatched, buried, now, earliest, limit}

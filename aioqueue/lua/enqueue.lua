@@ -1,0 +1,36 @@
+-- Schedules events of one type.
+-- KEYS[1] schedule (zset id -> due ms)   KEYS[2] events (hash id -> envelope)
+-- KEYS[3] sequence (string counter for envelope versions)
+-- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it
+-- ARGV[2] event type wire name
+-- then 5 values per event: id, payload (JSON text), context (JSON object of strings),
+--   due kind ('delay' or 'at'), milliseconds (a delay, or epoch ms for 'at')
+-- Returns one integer per event: 1 scheduled, 0 kept the pending event with that id.
+local now = server_time_ms()
+local replace = ARGV[1] == '1'
+local event_type = ARGV[2]
+local results = {}
+for i = 3, #ARGV, 5 do
+  local id = ARGV[i]
+  if not replace and redis.call('HEXISTS', KEYS[2], id) == 1 then
+    results[#results + 1] = 0
+  else
+    local due = tonumber(ARGV[i + 4])
+    if ARGV[i + 3] == 'delay' then
+      due = now + due
+    end
+    local envelope = {
+      id = id,
+      type = event_type,
+      payload = ARGV[i + 1],
+      context = cjson.decode(ARGV[i + 2]),
+      attempt = 0,
+      version = redis.call('INCR', KEYS[3]),
+      enqueued_at = now,
+    }
+    redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
+    redis.call('ZADD', KEYS[1], due, id)
+    results[#results + 1] = 1
+  end
+end
+return results

@@ -1,0 +1,24 @@
+-- Records a failed attempt: schedules the retry, or buries the event when it is out of
+-- attempts (or when ARGV[6] is '1': its payload can never be handled).
+-- KEYS[1] schedule   KEYS[2] events   KEYS[3] dead_letters   KEYS[4] dead_letter_times
+-- ARGV[1] id   ARGV[2] delivered version   ARGV[3] error text   ARGV[4] retry delay ms
+-- ARGV[5] max attempts   ARGV[6] '1' to bury now
+-- Returns 'retry', 'dead', or 'stale' when the event was cancelled or replaced meanwhile.
+local id = ARGV[1]
+local raw = redis.call('HGET', KEYS[2], id)
+if not raw then
+  return 'stale'
+end
+local ok, envelope = pcall(cjson.decode, raw)
+if not ok or type(envelope) ~= 'table' or tostring(envelope.version) ~= ARGV[2] then
+  return 'stale'
+end
+local now = server_time_ms()
+if ARGV[6] == '1' or (tonumber(envelope.attempt) or 0) >= tonumber(ARGV[5]) then
+  bury(KEYS[1], KEYS[2], KEYS[3], KEYS[4], id, envelope, ARGV[3], now)
+  return 'dead'
+end
+envelope.error = ARGV[3]
+redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), id)
+return 'retry'

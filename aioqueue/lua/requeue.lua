@@ -1,0 +1,29 @@
+-- Puts a dead event back into its queue, due now, with a fresh attempt count.
+-- KEYS[1] schedule   KEYS[2] events   KEYS[3] sequence   KEYS[4] dead_letters
+-- KEYS[5] dead_letter_times
+-- ARGV[1] id
+-- Returns 1 requeued; 0 no such dead letter; -1 an event with that id is pending (both kept);
+-- -2 the dead letter has no readable envelope (it stays where it is).
+local id = ARGV[1]
+local raw = redis.call('HGET', KEYS[4], id)
+if not raw then
+  return 0
+end
+if redis.call('HEXISTS', KEYS[2], id) == 1 then
+  return -1
+end
+local ok, envelope = pcall(cjson.decode, raw)
+if not ok or type(envelope) ~= 'table' or type(envelope.payload) ~= 'string' then
+  return -2
+end
+local now = server_time_ms()
+envelope.attempt = 0
+envelope.error = nil
+envelope.died_at = nil
+envelope.due_at = nil
+envelope.version = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
+redis.call('ZADD', KEYS[1], now, id)
+redis.call('HDEL', KEYS[4], id)
+redis.call('ZREM', KEYS[5], id)
+return 1

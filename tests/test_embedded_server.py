@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+from collections.abc import Callable
+
+import pytest
+import redis.asyncio as redis
+
+from aioqueue._embedded_server import (
+    EmbeddedServer,
+    ServerNotFoundError,
+    find_server_binary,
+    free_port,
+)
+
+# The type of the `server_factory` fixture from conftest.py.
+ServerFactory = Callable[..., EmbeddedServer]
+
+KEY = b"aioqueue:test:durable"
+
+
+async def write_durably(server: EmbeddedServer) -> None:
+    async with redis.Redis.from_url(server.url) as client:
+        # With fsync on every write, the key is on disk once SET is acknowledged, so a
+        # SIGKILL right after cannot lose it unless the AOF is not replayed.
+        await client.config_set("appendfsync", "always")
+        assert await client.set(KEY, b"kept")
+
+
+async def read_key(server: EmbeddedServer) -> bytes | None:
+    async with redis.Redis.from_url(server.url) as client:
+        value = await client.get(KEY)
+        # decode_responses is off, so a str here would be a client misconfiguration.
+        assert value is None or isinstance(value, bytes)
+        return value
+
+
+async def test_session_server_answers_ping(
+    redis_server: EmbeddedServer, redis_client: redis.Redis
+) -> None:
+    assert await redis_client.ping() is True
+    assert redis_server.url == f"redis://127.0.0.1:{redis_server.port}"
+    info = await redis_client.info("server")
+    assert info["process_id"] == redis_server.pid
+    assert info["tcp_port"] == redis_server.port
+
+
+def test_find_server_binary_returns_an_executable() -> None:
+    binary = find_server_binary()
+    assert binary.name in {"valkey-server", "redis-server"}
+    assert binary.is_file()
+    assert os.access(binary, os.X_OK)
+    assert issubclass(ServerNotFoundError, RuntimeError)
+
+
+def test_free_port_and_its_cluster_bus_port_can_be_bound() -> None:
+    port = free_port()
+    assert 0 < port <= 65535 - 10000
+    with socket.socket() as server_socket, socket.socket() as bus_socket:
+        server_socket.bind(("127.0.0.1", port))
+        bus_socket.bind(("127.0.0.1", port + 10000))
+
+
+async def test_restart_keeps_appendonly_data_on_the_same_port(
+    server_factory: ServerFactory,
+) -> None:
+    server = server_factory(appendonly=True)
+    port, pid_before = server.port, server.pid
+    await write_durably(server)
+
+    server.restart()
+
+    assert server.port == port
+    assert server.pid not in (None, pid_before)
+    assert await read_key(server) == b"kept"
+
+
+async def test_kill_then_start_replays_the_aof(server_factory: ServerFactory) -> None:
+    server = server_factory(appendonly=True)
+    await write_durably(server)
+
+    server.kill()
+    assert server.pid is None
+    assert server.directory.is_dir()
+    server.start()
+
+    assert await read_key(server) == b"kept"
+
+
+async def test_kill_without_appendonly_loses_data(server_factory: ServerFactory) -> None:
+    # The control for the AOF tests: without appendonly nothing survives a crash.
+    server = server_factory(appendonly=False)
+    await write_durably(server)
+
+    server.kill()
+    server.start()
+
+    assert await read_key(server) is None
+
+
+def test_stop_is_idempotent_and_removes_the_owned_directory() -> None:
+    server = EmbeddedServer()
+    server.start()
+    pid = server.pid
+    assert pid is not None
+    assert (server.directory / "server.log").is_file()
+
+    server.stop()
+    server.stop()
+
+    assert server.pid is None
+    assert not server.directory.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_stop_keeps_a_directory_it_was_given(tmp_path: pathlib.Path) -> None:
+    with EmbeddedServer(directory=tmp_path / "data") as server:
+        assert server.pid is not None
+    assert server.pid is None
+    assert (tmp_path / "data" / "server.log").is_file()
+
+
+def test_failed_start_reports_the_server_log() -> None:
+    server = EmbeddedServer(extra_args=["--no-such-directive", "1"])
+    try:
+        with pytest.raises(RuntimeError, match="no-such-directive"):
+            server.start(timeout=5.0)
+        assert server.pid is None
+    finally:
+        server.stop()
+    assert not server.directory.exists()
