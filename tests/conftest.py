@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import redis.asyncio as redis
 
+from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._embedded_server import EmbeddedServer
 
 ServerFactory = Callable[..., EmbeddedServer]
@@ -49,3 +50,21 @@ def server_factory() -> Iterator[ServerFactory]:
     yield make
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def service_builder(redis_client: redis.Redis) -> Callable[[], EventServiceBuilder]:
+    """Builders on the (flushed) session server with settings that keep tests fast."""
+
+    def make() -> EventServiceBuilder:
+        return (
+            EventService.builder()
+            .client(redis_client)
+            .scheduling_interval(0.05)
+            .polling_timeout(0.2)
+            .handler_timeout(1.0)
+            .shutdown_grace(2.0)
+            .retry_policy(FixedDelays([0.05]))
+        )
+
+    return make

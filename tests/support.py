@@ -1,0 +1,58 @@
+"""Event classes and recording handlers shared by the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from aioqueue import Event, event_context
+
+
+@dataclass
+class PaymentCheck(Event):
+    id: str
+    order_id: int
+
+
+@dataclass
+class OrderTimeout(Event):
+    id: str
+    reason: str = "unpaid"
+
+
+@dataclass
+class Delivery:
+    event: Event
+    context: dict[str, str]
+
+
+@dataclass
+class Recorder:
+    """A handler that records what it is handed; tests await counts instead of sleeping.
+
+    `outcome` decides what the handler returns for each event (True by default); raising
+    from it makes the handler raise.
+    """
+
+    outcome: Callable[[Event], bool] = lambda event: True
+    deliveries: list[Delivery] = field(default_factory=list)
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    async def __call__(self, event: Event) -> bool:
+        self.deliveries.append(Delivery(event, dict(event_context.get())))
+        self._changed.set()
+        self._changed = anyio.Event()
+        return self.outcome(event)
+
+    @property
+    def ids(self) -> list[str]:
+        return [delivery.event.id for delivery in self.deliveries]
+
+    async def wait_for(self, count: int, within: float = 10.0) -> list[Delivery]:
+        """Waits until at least `count` deliveries happened; fails the test after `within` s."""
+        with anyio.fail_after(within):
+            while len(self.deliveries) < count:
+                await self._changed.wait()
+        return self.deliveries
