@@ -68,7 +68,9 @@ class EventService:
         self._state = ServiceState.IDLE
         self._stores: dict[str, QueueStore] = {}
         self._registrations: dict[str, _Registration] = {}
-        self._dispatcher = Dispatcher(config, self._handled_stores)
+        # Made when the service starts: anyio's primitives need a running event loop, and a
+        # service is often built at import time.
+        self._dispatcher: Dispatcher | None = None
         self._task_group: TaskGroup | None = None
 
     @staticmethod
@@ -101,6 +103,7 @@ class EventService:
         self._task_group = task_group
         self._state = ServiceState.RUNNING
         if self._config.enable_scheduling:
+            self._dispatcher = Dispatcher(self._config, self._handled_stores)
             task_group.start_soon(self._dispatcher.run)
         for registration in self._registrations.values():
             self._start_consumer(registration)
@@ -117,7 +120,8 @@ class EventService:
         try:
             # Phase 1: take nothing new. Phase 2: let running handlers finish within the
             # grace period. Phase 3: cancel whatever is still running.
-            self._dispatcher.stop()
+            if self._dispatcher is not None:
+                self._dispatcher.stop()
             consumers = [r.consumer for r in self._registrations.values() if r.consumer]
             for consumer in consumers:
                 consumer.stop_taking()
@@ -169,7 +173,8 @@ class EventService:
         self._registrations[event_type] = registration
         if self._state is ServiceState.RUNNING:
             self._start_consumer(registration)
-            self._dispatcher.wake()
+            if self._dispatcher is not None:
+                self._dispatcher.wake()
 
     def remove_handler(self, event_class: type[Event]) -> bool:
         """Stops delivering `event_class` here; running handlers finish. False if none was set."""
@@ -217,7 +222,7 @@ class EventService:
         item, due_in = self._enqueue_item(event, delay, at, context)
         [scheduled] = await self._store(event_type).enqueue([item], replace=replace)
         self._config.metrics.event_enqueued(event_type, scheduled=scheduled)
-        if scheduled and event_type in self._registrations:
+        if scheduled and self._dispatcher is not None and event_type in self._registrations:
             self._dispatcher.wake_for(due_in)
         return scheduled
 

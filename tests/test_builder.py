@@ -1,0 +1,100 @@
+"""The builder validates every setting at build() and freezes the result."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+import redis.asyncio as redis
+
+from aioqueue import (
+    ConfigurationError,
+    EventService,
+    ExponentialBackoff,
+    FixedDelays,
+    JsonSerializer,
+    NoMetrics,
+)
+
+
+def test_defaults_are_documented_values() -> None:
+    service = EventService.builder().url("redis://127.0.0.1:1").build()
+    config = service.config
+    assert config.prefix == "aioqueue"
+    assert config.scheduling_interval == 0.5
+    assert config.scheduling_batch_size == 100
+    assert config.retry_attempts == 10
+    assert config.handler_timeout == 30.0
+    assert isinstance(config.retry_policy, ExponentialBackoff)
+    assert isinstance(config.serializer, JsonSerializer)
+    assert isinstance(config.metrics, NoMetrics)
+
+
+def test_durations_accept_timedelta_and_seconds() -> None:
+    config = (
+        EventService.builder()
+        .url("redis://127.0.0.1:1")
+        .scheduling_interval(timedelta(milliseconds=250))
+        .polling_timeout(2)
+        .handler_timeout(timedelta(minutes=1))
+        .shutdown_grace(0.5)
+        .build()
+        .config
+    )
+    assert (config.scheduling_interval, config.polling_timeout) == (0.25, 2.0)
+    assert (config.handler_timeout, config.shutdown_grace) == (60.0, 0.5)
+
+
+def test_config_is_frozen() -> None:
+    config = EventService.builder().url("redis://127.0.0.1:1").build().config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.prefix = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("configure", "setting"),
+    [
+        (lambda b: b.scheduling_interval(0), "scheduling_interval"),
+        (lambda b: b.scheduling_interval("1s"), "scheduling_interval"),
+        (lambda b: b.scheduling_batch_size(0), "scheduling_batch_size"),
+        (lambda b: b.scheduling_batch_size(1.5), "scheduling_batch_size"),
+        (lambda b: b.retry_attempts(0), "retry_attempts"),
+        (lambda b: b.handler_timeout(timedelta(seconds=-1)), "handler_timeout"),
+        (lambda b: b.polling_timeout(float("nan")), "polling_timeout"),
+        (lambda b: b.shutdown_grace(-1), "shutdown_grace"),
+        (lambda b: b.prefix("a{b}"), "prefix"),
+        (lambda b: b.prefix(""), "prefix"),
+    ],
+)
+def test_invalid_settings_fail_at_build_naming_the_setting(configure: object, setting: str) -> None:
+    builder = EventService.builder().url("redis://127.0.0.1:1")
+    configure(builder)  # type: ignore[operator]
+    with pytest.raises(ConfigurationError, match=setting):
+        builder.build()
+
+
+def test_a_connection_is_required() -> None:
+    with pytest.raises(ConfigurationError, match=r"\.client\(\.\.\.\) or \.url\(\.\.\.\)"):
+        EventService.builder().build()
+
+
+def test_retry_policies_validate_and_compute_delays() -> None:
+    assert FixedDelays([1, timedelta(seconds=5)]).delay(1) == 1.0
+    assert FixedDelays([1, timedelta(seconds=5)]).delay(7) == 5.0
+    exact = ExponentialBackoff(base=timedelta(seconds=1), cap=10, jitter=False)
+    assert [exact.delay(n) for n in (1, 2, 3, 4, 5, 1000)] == [1, 2, 4, 8, 10, 10]
+    jittered = ExponentialBackoff(base=2, cap=100)
+    assert all(4 <= jittered.delay(3) <= 8 for _ in range(100))
+    with pytest.raises(ValueError, match="FixedDelays"):
+        FixedDelays([])
+    with pytest.raises(ValueError, match="base <= cap"):
+        ExponentialBackoff(base=10, cap=1)
+
+
+async def test_service_closes_only_the_client_it_created(redis_url: str) -> None:
+    caller_client = redis.Redis.from_url(redis_url)
+    async with EventService.builder().client(caller_client).build():
+        pass
+    assert await caller_client.ping() is True
+    await caller_client.aclose()

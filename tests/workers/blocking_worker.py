@@ -1,0 +1,47 @@
+"""A worker process whose PaymentCheck handler announces itself and then never returns.
+
+Usage: python -m tests.workers.blocking_worker REDIS_URL MARKER_PATH
+
+The handler writes the event id to MARKER_PATH, prints "started <id>" on stdout and blocks
+in a thread that nothing wakes, so neither the handler timeout nor shutdown can end it: the
+only way out is for the test to kill the process, as a crash would.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import threading
+
+import anyio
+
+from aioqueue import EventService, FixedDelays
+from tests.support import PaymentCheck
+
+
+async def main(url: str, marker: pathlib.Path) -> None:
+    never = threading.Event()
+
+    async def block_forever(event: PaymentCheck) -> bool:
+        marker.write_text(event.id)
+        print(f"started {event.id}", flush=True)
+        # A thread wait is not cancellable, so the handler outlives its 1 s timeout.
+        await anyio.to_thread.run_sync(never.wait)
+        return True
+
+    service = (
+        EventService.builder()
+        .url(url)
+        .scheduling_interval(0.05)
+        .polling_timeout(0.2)
+        .handler_timeout(1.0)
+        .retry_policy(FixedDelays([0.05]))
+        .build()
+    )
+    async with service:
+        service.add_handler(PaymentCheck, block_forever)
+        await anyio.sleep_forever()
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1], pathlib.Path(sys.argv[2]))
