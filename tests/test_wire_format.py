@@ -1,0 +1,74 @@
+"""Another program can produce events from docs/wire-format.md alone, and the library reads them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+import redis.asyncio as redis
+
+from aioqueue import EventServiceBuilder
+from aioqueue._scripts import script_source
+from tests.support import PaymentCheck, Recorder
+
+SCHEDULE = "aioqueue:{PaymentCheck}:schedule"
+EVENTS = "aioqueue:{PaymentCheck}:events"
+SEQUENCE = "aioqueue:{PaymentCheck}:sequence"
+
+
+async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
+    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+) -> None:
+    """The documented EVAL call (no library code on the producer side) schedules events."""
+    replies = await redis_client.eval(
+        script_source("enqueue"),
+        3,
+        SCHEDULE,
+        EVENTS,
+        SEQUENCE,
+        "0",
+        "PaymentCheck",
+        *("p-1", '{"order_id":1}', '{"source":"spark"}', "delay", 50),
+        *("p-2", '{"order_id":2}', "{}", "at", 0),
+        *("p-1", '{"order_id":99}', "{}", "delay", 0),
+    )
+    assert replies == [1, 1, 0]
+    stored = await redis_client.hget(EVENTS, "p-1")
+    assert stored is not None
+    envelope = orjson.loads(stored)
+    assert envelope["payload"] == '{"order_id":1}'
+    assert envelope["attempt"] == 0
+    handler = Recorder()
+    async with service_builder().build() as service:
+        service.add_handler(PaymentCheck, handler)
+        deliveries = await handler.wait_for(2)
+    by_id = {d.event.id: d for d in deliveries}
+    assert by_id["p-1"].event == PaymentCheck(id="p-1", order_id=1)
+    assert by_id["p-1"].context == {"source": "spark"}
+    assert by_id["p-2"].event == PaymentCheck(id="p-2", order_id=2)
+
+
+async def test_keys_written_directly_in_one_multi_are_delivered(
+    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+) -> None:
+    """The documented direct write (HSETNX envelope + ZADD due) is a valid event too."""
+    version = await redis_client.incr(SEQUENCE)
+    envelope = {
+        "id": "p-3",
+        "type": "PaymentCheck",
+        "payload": '{"order_id":3}',
+        "context": {},
+        "attempt": 0,
+        "version": version,
+        "enqueued_at": 0,
+    }
+    async with redis_client.pipeline(transaction=True) as multi:
+        multi.hsetnx(EVENTS, "p-3", orjson.dumps(envelope))
+        multi.zadd(SCHEDULE, {"p-3": 0})
+        await multi.execute()
+    handler = Recorder()
+    async with service_builder().build() as service:
+        service.add_handler(PaymentCheck, handler)
+        [delivery] = await handler.wait_for(1)
+    assert delivery.event == PaymentCheck(id="p-3", order_id=3)
+    assert await redis_client.hlen(EVENTS) == 0
