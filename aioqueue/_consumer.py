@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from ._acknowledger import SETTLE_TIMEOUT, Acknowledger
 from ._config import ServiceConfig
 from ._envelope import Envelope, EnvelopeError
 from ._errors import PayloadDecodeError
@@ -20,10 +21,6 @@ from ._store import QueueStore
 __all__ = ["Consumer", "Handler"]
 
 Handler = Callable[[Any], Awaitable[bool]]
-
-# Acknowledgements run shielded from shutdown, so a handler that finished is not delivered
-# again just because the service was closing; the bound keeps a dead server from stalling it.
-SETTLE_TIMEOUT = 5.0
 
 
 class Consumer:
@@ -50,7 +47,9 @@ class Consumer:
         self._slots = anyio.Semaphore(parallelism)
         self._taking = anyio.CancelScope()
         self._finished = anyio.Event()
-        self._handler_name = getattr(handler, "__qualname__", repr(handler))
+        # A callable object's repr can be long and changing; its class names it well enough.
+        self._handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
+        self._acknowledger = Acknowledger(store)
 
     @property
     def in_flight(self) -> int:
@@ -60,9 +59,13 @@ class Consumer:
     async def run(self) -> None:
         """Takes and handles events until stop_taking(), then waits for running handlers."""
         try:
-            async with anyio.create_task_group() as handlers:
-                with self._taking:
-                    await self._take_events(handlers)
+            async with anyio.create_task_group() as background:
+                background.start_soon(self._acknowledger.run)
+                async with anyio.create_task_group() as handlers:
+                    with self._taking:
+                        await self._take_events(handlers)
+                # Every handler has returned and its acknowledgement was awaited.
+                background.cancel_scope.cancel()
         finally:
             self._finished.set()
 
@@ -121,8 +124,9 @@ class Consumer:
         try:
             envelope = Envelope.parse(raw)
         except EnvelopeError as exc:
-            # claim.lua checked it is JSON with an id; without a version it cannot be settled,
-            # so the dispatcher buries it once its attempts run out.
+            # dispatch.lua buries envelopes this would refuse, so only a disagreement between its
+            # checks and Envelope.parse lands here; unsettled, it is buried once its attempts
+            # run out.
             logger.error("%s: unusable envelope %r: %s", self._store.event_type, raw, exc)
             return
         lateness = max(0.0, (claimed_at_ms - envelope.due_at) / 1000)
@@ -143,7 +147,7 @@ class Consumer:
         duration = time.perf_counter() - started
         outcome: Outcome = "ok"
         if error is None:
-            await self._settle_success(envelope)
+            await self._acknowledger.acknowledge(envelope)
         else:
             outcome = await self._settle_failure(envelope, error, bury=False)
         self._report(outcome, envelope, duration=duration, lateness=lateness)
@@ -181,22 +185,6 @@ class Consumer:
         if result is True:
             return None
         return f"handler {self._handler_name} returned {result!r}"
-
-    async def _settle_success(self, envelope: Envelope) -> None:
-        problem = f"no answer within {SETTLE_TIMEOUT:g} s"
-        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT):
-            try:
-                await self._store.acknowledge([envelope])
-                return
-            except REDIS_ERRORS as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-        # Not acknowledged: the pre-scheduled retry delivers it again (at-least-once).
-        logger.warning(
-            "could not acknowledge %s %r, it will be delivered again: %s",
-            envelope.event_type,
-            envelope.id,
-            problem,
-        )
 
     async def _settle_failure(self, envelope: Envelope, error: str, *, bury: bool) -> Outcome:
         delay = self._config.retry_policy.delay(envelope.attempt)

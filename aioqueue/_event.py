@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import weakref
 from contextvars import ContextVar
 from typing import ClassVar
 
@@ -31,12 +32,23 @@ event_context: ContextVar[dict[str, str]] = ContextVar("aioqueue_event_context")
 """The context dict given at enqueue time, set while a handler runs."""
 
 
+# Looked up on every enqueue; weak so that classes made at run time can still go away.
+_wire_names: weakref.WeakKeyDictionary[type[Event], str] = weakref.WeakKeyDictionary()
+
+
 def event_type_name(event_class: type[Event]) -> str:
     """Returns the wire name of an event class, validating the class on the way."""
     if not (isinstance(event_class, type) and issubclass(event_class, Event)):
         raise EventDefinitionError(
             f"{event_class!r} is not an event class: subclass aioqueue.Event"
         )
+    name = _wire_names.get(event_class)
+    if name is None:
+        name = _wire_names[event_class] = _validated_wire_name(event_class)
+    return name
+
+
+def _validated_wire_name(event_class: type[Event]) -> str:
     # Only the class's own setting counts: a subclass is a different event type.
     name = event_class.__dict__.get("__event_type__", event_class.__name__)
     if not isinstance(name, str) or not _WIRE_NAME.fullmatch(name):

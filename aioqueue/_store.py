@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from ._client import RedisClient
+from ._client import RedisClient, blocking_wait_limit
 from ._envelope import Envelope, text
 from ._keys import QueueKeys
 from ._scripts import ACKNOWLEDGE, CANCEL, CLAIM, DISPATCH, ENQUEUE, FAIL, REQUEUE
@@ -107,8 +107,9 @@ class QueueStore:
         envelopes only leave the list through claim.lua.
         """
         ready = self.keys.ready
+        wait = blocking_wait_limit(self.client, timeout)
         # execute_command because redis-py types the timeout as int; Redis takes fractions.
-        await self.client.execute_command("BLMOVE", ready, ready, "LEFT", "RIGHT", timeout)
+        await self.client.execute_command("BLMOVE", ready, ready, "LEFT", "RIGHT", wait)
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""

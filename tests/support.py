@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -56,3 +56,20 @@ class Recorder:
             while len(self.deliveries) < count:
                 await self._changed.wait()
         return self.deliveries
+
+
+def queue_key(event_type: str, part: str, prefix: str = "aioqueue") -> str:
+    """A key as docs/wire-format.md spells it, e.g. `aioqueue:{PaymentCheck}:ready`."""
+    return f"{prefix}:{{{event_type}}}:{part}"
+
+
+async def wait_until(condition: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
+    """Polls `condition` until it holds; fails the test after `within` s.
+
+    For Redis state, which offers nothing to await: prefer `Recorder.wait_for` where it fits.
+    """
+    with anyio.fail_after(within):
+        while True:
+            if await condition():
+                return
+            await anyio.sleep(0.01)

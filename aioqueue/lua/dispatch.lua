@@ -7,6 +7,38 @@
 -- its attempts goes to the dead-letter set instead.
 -- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit}; limit is how
 -- many events this call was allowed to take (batch size, less when the ready list is full).
+
+-- Why a decoded envelope cannot be delivered, or nil. A consumer cannot settle an envelope
+-- without a version, nor claim one whose id is not its field, so without this check such an
+-- event would come back after every lease until its attempts ran out, buried for the wrong
+-- reason. The checks mirror Envelope.parse in aioqueue/_envelope.py.
+local function envelope_problem(envelope, id)
+  if envelope.id ~= id then
+    return 'id field does not match the event id'
+  end
+  if type(envelope.type) ~= 'string' then
+    return 'type must be a string'
+  end
+  if type(envelope.payload) ~= 'string' then
+    return 'payload must be a string of JSON text'
+  end
+  if type(envelope.version) ~= 'number' or envelope.version ~= math.floor(envelope.version) then
+    return 'version must be an integer'
+  end
+  local context = envelope.context
+  if context ~= nil and context ~= cjson.null then
+    if type(context) ~= 'table' then
+      return 'context must be an object of strings'
+    end
+    for key, value in pairs(context) do
+      if type(key) ~= 'string' or type(value) ~= 'string' then
+        return 'context must be an object of strings'
+      end
+    end
+  end
+  return nil
+end
+
 local now = server_time_ms()
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
@@ -24,9 +56,17 @@ if limit > 0 then
       redis.call('ZREM', KEYS[1], id)
     else
       local ok, envelope = pcall(cjson.decode, raw)
+      local problem = nil
       if not ok or type(envelope) ~= 'table' then
-        bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw},
-          'envelope is not valid JSON: ' .. tostring(envelope), now)
+        problem = 'envelope is not valid JSON: ' .. tostring(envelope)
+      else
+        problem = envelope_problem(envelope, id)
+        if problem then
+          problem = 'envelope is malformed: ' .. problem
+        end
+      end
+      if problem then
+        bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw}, problem, now)
         buried = buried + 1
       else
         local attempt = tonumber(envelope.attempt) or 0

@@ -23,7 +23,7 @@ async def main(url: str, marker: pathlib.Path) -> None:
     never = threading.Event()
 
     async def block_forever(event: PaymentCheck) -> bool:
-        marker.write_text(event.id)
+        await anyio.Path(marker).write_text(event.id)
         print(f"started {event.id}", flush=True)
         # A thread wait is not cancellable, so the handler outlives its 1 s timeout.
         await anyio.to_thread.run_sync(never.wait)
