@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import zlib
 from dataclasses import dataclass
 
-__all__ = ["QueueKeys", "validate_prefix"]
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+__all__ = ["QueueKeys", "QueueLayout", "partition_of", "partition_tag", "validate_prefix"]
+
+MAX_PARTITIONS = 1024
 
 _PREFIX = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 
@@ -39,7 +45,12 @@ class QueueKeys:
 
     @classmethod
     def for_type(cls, prefix: str, event_type: str) -> QueueKeys:
-        base = f"{prefix}:{{{event_type}}}"
+        """The keys of an unpartitioned type."""
+        return cls.for_tag(prefix, event_type)
+
+    @classmethod
+    def for_tag(cls, prefix: str, tag: str) -> QueueKeys:
+        base = f"{prefix}:{{{tag}}}"
         return cls(
             schedule=f"{base}:schedule",
             events=f"{base}:events",
@@ -48,3 +59,63 @@ class QueueKeys:
             dead_letter_times=f"{base}:dead_letter_times",
             sequence=f"{base}:sequence",
         )
+
+
+def partition_of(event_id: str, partitions: int) -> int:
+    """The partition an event id belongs to: CRC-32 (IEEE, as zlib and Spark's crc32) of its
+    UTF-8 bytes, modulo the partition count. Dedupe, replace and cancel by id rely on it."""
+    return zlib.crc32(event_id.encode()) % partitions
+
+
+@functools.lru_cache(maxsize=4096)
+def partition_tag(event_type: str, partition: int, partitions: int) -> str:
+    """The hash tag of one partition: `Type#partition.salt`.
+
+    The salt is the smallest integer that puts the tag's slot in the partition's own share of
+    the slot space (partition p of n gets slots [p*16384/n, (p+1)*16384/n)), so the
+    partitions spread evenly over the masters of any cluster whose slots are split evenly.
+    Plain `Type#p` tags land on random slots and 8 of them can miss a master entirely.
+    """
+    salt = 0
+    while True:
+        tag = f"{event_type}#{partition}.{salt}"
+        if key_slot(tag.encode()) * partitions // REDIS_CLUSTER_HASH_SLOTS == partition:
+            return tag
+        salt += 1
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLayout:
+    """Where an event type's queue lives: one key set, or one per partition."""
+
+    prefix: str
+    event_type: str
+    partitions: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.partitions <= MAX_PARTITIONS:
+            raise ValueError(
+                f"partitions of {self.event_type!r} must be from 1 to {MAX_PARTITIONS}, "
+                f"got {self.partitions}"
+            )
+
+    @property
+    def all_keys(self) -> tuple[QueueKeys, ...]:
+        """Every partition's keys, in partition order."""
+        return _all_keys(self.prefix, self.event_type, self.partitions)
+
+    def keys_for(self, event_id: str) -> QueueKeys:
+        """The keys that hold (or would hold) the event with this id."""
+        if self.partitions == 1:
+            return self.all_keys[0]
+        return self.all_keys[partition_of(event_id, self.partitions)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _all_keys(prefix: str, event_type: str, partitions: int) -> tuple[QueueKeys, ...]:
+    if partitions == 1:
+        return (QueueKeys.for_type(prefix, event_type),)
+    return tuple(
+        QueueKeys.for_tag(prefix, partition_tag(event_type, partition, partitions))
+        for partition in range(partitions)
+    )
