@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ._client import RedisClient, client_from_url
 from ._config import ServiceConfig
 from ._durations import Duration, to_seconds
 from ._errors import ConfigurationError
-from ._keys import validate_prefix
+from ._event import Event, event_type_name
+from ._keys import MAX_PARTITIONS, validate_prefix
 from ._metrics import Metrics, NoMetrics
 from ._retry import ExponentialBackoff, RetryPolicy
 from ._serializer import JsonSerializer, Serializer
@@ -49,6 +51,7 @@ class EventServiceBuilder:
         self._retry_policy: RetryPolicy = ExponentialBackoff()
         self._serializer: Serializer = JsonSerializer()
         self._metrics: Metrics = NoMetrics()
+        self._partitions: dict[str, int] = {}
 
     def client(self, client: RedisClient) -> EventServiceBuilder:
         """Uses a client you own: the service never closes it."""
@@ -113,6 +116,16 @@ class EventServiceBuilder:
         self._metrics = metrics
         return self
 
+    def partitions(self, event_class: type[Event], partitions: int) -> EventServiceBuilder:
+        """Spreads one event type over `partitions` hash tags (Redis Cluster slots).
+
+        An event's partition follows from its id, so dedupe, replace and cancel by id keep
+        working. Every service and producer of the type must use the same count; change it
+        only on an empty queue.
+        """
+        self._partitions[event_type_name(event_class)] = partitions
+        return self
+
     def build(self) -> EventService:
         """Validates every setting and returns the service; raises ConfigurationError."""
         config = ServiceConfig(
@@ -129,6 +142,14 @@ class EventServiceBuilder:
             retry_policy=self._retry_policy,
             serializer=self._serializer,
             metrics=self._metrics,
+            partitions=MappingProxyType(
+                {
+                    event_type: _int_in_range(
+                        f"partitions of {event_type}", count, 1, MAX_PARTITIONS
+                    )
+                    for event_type, count in self._partitions.items()
+                }
+            ),
         )
         if self._client is not None:
             return self._factory(config, self._client, owns_client=False)

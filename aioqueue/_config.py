@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ._metrics import Metrics
@@ -32,6 +33,8 @@ class ServiceConfig:
     retry_policy: RetryPolicy
     serializer: Serializer
     metrics: Metrics
+    partitions: Mapping[str, int]
+    """Event type wire name -> partition count, for the types that have more than one."""
 
     @property
     def lease_ms(self) -> int:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -23,23 +24,35 @@ __all__ = ["Consumer", "Handler"]
 Handler = Callable[[Any], Awaitable[bool]]
 
 
+@dataclass(frozen=True)
+class _Partition:
+    """One partition's keys, and the acknowledgements batched for them."""
+
+    store: QueueStore
+    acknowledger: Acknowledger
+
+
 class Consumer:
     """Feeds one handler with up to `parallelism` events at a time.
 
     It asks Redis for events only for free slots (request-one backpressure), so at most
-    `parallelism` events of its type are out of Redis in this service at any moment.
+    `parallelism` events of its type are out of Redis in this service at any moment. A
+    partitioned type gets one taker per partition; they queue for the shared slots in turn
+    (anyio's semaphore is first-come, first-served), so a busy partition cannot starve the
+    others.
     """
 
     def __init__(
         self,
         *,
-        store: QueueStore,
+        stores: Sequence[QueueStore],
         event_class: type[Event],
         handler: Handler,
         parallelism: int,
         config: ServiceConfig,
     ) -> None:
-        self._store = store
+        self._event_type = stores[0].event_type
+        self._partitions = [_Partition(store, Acknowledger(store)) for store in stores]
         self._event_class = event_class
         self._handler = handler
         self._parallelism = parallelism
@@ -49,7 +62,6 @@ class Consumer:
         self._finished = anyio.Event()
         # A callable object's repr can be long and changing; its class names it well enough.
         self._handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
-        self._acknowledger = Acknowledger(store)
 
     @property
     def in_flight(self) -> int:
@@ -60,10 +72,13 @@ class Consumer:
         """Takes and handles events until stop_taking(), then waits for running handlers."""
         try:
             async with anyio.create_task_group() as background:
-                background.start_soon(self._acknowledger.run)
+                for partition in self._partitions:
+                    background.start_soon(partition.acknowledger.run)
                 async with anyio.create_task_group() as handlers:
                     with self._taking:
-                        await self._take_events(handlers)
+                        async with anyio.create_task_group() as takers:
+                            for partition in self._partitions:
+                                takers.start_soon(self._take_events, partition, handlers)
                 # Every handler has returned and its acknowledgement was awaited.
                 background.cancel_scope.cancel()
         finally:
@@ -76,15 +91,16 @@ class Consumer:
     async def wait_finished(self) -> None:
         await self._finished.wait()
 
-    async def _take_events(self, handlers: TaskGroup) -> None:
-        errors = ErrorBackoff(f"taking {self._store.event_type} events")
+    async def _take_events(self, partition: _Partition, handlers: TaskGroup) -> None:
+        store = partition.store
+        errors = ErrorBackoff(f"taking {store.event_type} events")
         while True:
             granted = await self._acquire_free_slots()
             try:
                 # Shielded: a claim that returned must reach a handler. Cancelling it halfway
                 # would leave its events leased and late by a whole handler timeout.
                 with anyio.CancelScope(shield=True), anyio.fail_after(SETTLE_TIMEOUT):
-                    claimed = await self._store.claim(granted, lease_ms=self._config.lease_ms)
+                    claimed = await store.claim(granted, lease_ms=self._config.lease_ms)
             except (*REDIS_ERRORS, TimeoutError) as exc:
                 self._release(granted)
                 await errors.sleep_after(exc)
@@ -92,10 +108,10 @@ class Consumer:
             errors.reset()
             self._release(granted - len(claimed.envelopes))
             for raw in claimed.envelopes:
-                handlers.start_soon(self._deliver, raw, claimed.server_now_ms)
+                handlers.start_soon(self._deliver, partition, raw, claimed.server_now_ms)
             if not claimed.envelopes:
                 try:
-                    await self._store.wait_for_ready(self._config.polling_timeout)
+                    await store.wait_for_ready(self._config.polling_timeout)
                 except REDIS_ERRORS as exc:
                     await errors.sleep_after(exc)
 
@@ -114,20 +130,20 @@ class Consumer:
         for _ in range(count):
             self._slots.release()
 
-    async def _deliver(self, raw: bytes | str, claimed_at_ms: int) -> None:
+    async def _deliver(self, partition: _Partition, raw: bytes | str, claimed_at_ms: int) -> None:
         try:
-            await self._handle(raw, claimed_at_ms)
+            await self._handle(partition, raw, claimed_at_ms)
         finally:
             self._slots.release()
 
-    async def _handle(self, raw: bytes | str, claimed_at_ms: int) -> None:
+    async def _handle(self, partition: _Partition, raw: bytes | str, claimed_at_ms: int) -> None:
         try:
             envelope = Envelope.parse(raw)
         except EnvelopeError as exc:
             # dispatch.lua buries envelopes this would refuse, so only a disagreement between its
             # checks and Envelope.parse lands here; unsettled, it is buried once its attempts
             # run out.
-            logger.error("%s: unusable envelope %r: %s", self._store.event_type, raw, exc)
+            logger.error("%s: unusable envelope %r: %s", self._event_type, raw, exc)
             return
         lateness = max(0.0, (claimed_at_ms - envelope.due_at) / 1000)
         try:
@@ -139,7 +155,7 @@ class Consumer:
                 envelope.id,
                 exc,
             )
-            await self._settle_failure(envelope, str(exc), bury=True)
+            await self._settle_failure(partition.store, envelope, str(exc), bury=True)
             self._report("dead", envelope, duration=0.0, lateness=lateness)
             return
         started = time.perf_counter()
@@ -147,16 +163,16 @@ class Consumer:
         duration = time.perf_counter() - started
         outcome: Outcome = "ok"
         if error is None:
-            await self._acknowledger.acknowledge(envelope)
+            await partition.acknowledger.acknowledge(envelope)
         else:
-            outcome = await self._settle_failure(envelope, error, bury=False)
+            outcome = await self._settle_failure(partition.store, envelope, error, bury=False)
         self._report(outcome, envelope, duration=duration, lateness=lateness)
 
     def _decode(self, envelope: Envelope) -> Event:
-        if envelope.event_type != self._store.event_type:
+        if envelope.event_type != self._event_type:
             raise PayloadDecodeError(
                 f"envelope names event type {envelope.event_type!r} "
-                f"but sits in the queue of {self._store.event_type!r}"
+                f"but sits in the queue of {self._event_type!r}"
             )
         return self._config.serializer.decode(self._event_class, envelope.id, envelope.payload)
 
@@ -186,11 +202,13 @@ class Consumer:
             return None
         return f"handler {self._handler_name} returned {result!r}"
 
-    async def _settle_failure(self, envelope: Envelope, error: str, *, bury: bool) -> Outcome:
+    async def _settle_failure(
+        self, store: QueueStore, envelope: Envelope, error: str, *, bury: bool
+    ) -> Outcome:
         delay = self._config.retry_policy.delay(envelope.attempt)
         with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT):
             try:
-                result = await self._store.fail(
+                result = await store.fail(
                     envelope,
                     error,
                     retry_delay_ms=max(0, round(delay * 1000)),

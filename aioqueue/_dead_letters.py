@@ -7,20 +7,25 @@ import contextlib
 from ._envelope import DeadLetter, died_at_from_ms, parse_dead_letter_fields, text
 from ._errors import PayloadDecodeError
 from ._event import Event
+from ._queue import TypeQueue
 from ._serializer import Serializer
-from ._store import QueueStore
 
 __all__ = ["read_dead_letters"]
 
 
 async def read_dead_letters(
-    store: QueueStore, event_class: type[Event], serializer: Serializer, limit: int
+    queue: TypeQueue, event_class: type[Event], serializer: Serializer, limit: int
 ) -> list[DeadLetter]:
-    """The newest `limit` dead letters, each decoded into an event where the payload allows."""
+    """The newest `limit` dead letters of all partitions, each decoded into an event where
+    the payload allows."""
     if limit < 1:
         return []
+    entries = []
+    for store in queue.stores:
+        entries += await store.dead_letter_entries(limit)
+    entries.sort(key=lambda entry: entry[1], reverse=True)
     letters = []
-    for raw, died_at_ms in await store.dead_letter_entries(limit):
+    for raw, died_at_ms in entries[:limit]:
         fields = parse_dead_letter_fields(raw)
         event_id = str(fields.get("id", ""))
         payload = fields.get("payload")
@@ -33,7 +38,7 @@ async def read_dead_letters(
         letters.append(
             DeadLetter(
                 id=event_id,
-                event_type=store.event_type,
+                event_type=queue.event_type,
                 payload=payload if isinstance(payload, str) else None,
                 event=event,
                 context=context if isinstance(context, dict) else {},

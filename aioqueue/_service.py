@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from types import TracebackType
 from typing import TypeVar
 
 import anyio
-import orjson
 from anyio.abc import TaskGroup
 
 from ._builder import EventServiceBuilder
@@ -19,17 +18,14 @@ from ._config import ServiceConfig
 from ._consumer import Consumer
 from ._dead_letters import read_dead_letters
 from ._dispatcher import Dispatcher
-from ._durations import Duration, to_seconds
+from ._durations import Duration
 from ._envelope import DeadLetter
-from ._errors import (
-    HandlerRegistrationError,
-    InvalidEnqueueError,
-    ServiceStateError,
-)
+from ._errors import HandlerRegistrationError, ServiceStateError
 from ._event import Event, event_type_name
-from ._keys import QueueKeys
+from ._producer import DueTime, Producer, context_json
+from ._queue import QueueDirectory
 from ._recovery import logger
-from ._store import EnqueueItem, QueueStore
+from ._store import QueueStore
 
 __all__ = ["EventService", "ServiceState"]
 
@@ -66,7 +62,8 @@ class EventService:
         self._client = client
         self._owns_client = owns_client
         self._state = ServiceState.IDLE
-        self._stores: dict[str, QueueStore] = {}
+        self._queues = QueueDirectory(client, config.prefix, config.partitions)
+        self._producer = Producer(self._queues, config)
         self._registrations: dict[str, _Registration] = {}
         # Made when the service starts: anyio's primitives need a running event loop, and a
         # service is often built at import time.
@@ -188,7 +185,7 @@ class EventService:
     def _start_consumer(self, registration: _Registration) -> None:
         assert self._task_group is not None
         registration.consumer = Consumer(
-            store=self._store(registration.event_type),
+            stores=self._queues.queue(registration.event_type).stores,
             event_class=registration.event_class,
             handler=registration.handler,
             parallelism=registration.parallelism,
@@ -198,7 +195,7 @@ class EventService:
 
     def _handled_stores(self) -> Iterator[QueueStore]:
         for event_type in self._registrations:
-            yield self._store(event_type)
+            yield from self._queues.queue(event_type).stores
 
     # -- producing ---------------------------------------------------------------------------
 
@@ -218,13 +215,43 @@ class EventService:
         context and due time, fresh attempt count.
         """
         self._ensure_open()
+        due = DueTime.of(delay, at)
         event_type = event_type_name(type(event))
-        item, due_in = self._enqueue_item(event, delay, at, context)
-        [scheduled] = await self._store(event_type).enqueue([item], replace=replace)
-        self._config.metrics.event_enqueued(event_type, scheduled=scheduled)
-        if scheduled and self._dispatcher is not None and event_type in self._registrations:
-            self._dispatcher.wake_for(due_in)
+        scheduled = await self._producer.enqueue(event, due, context_json(context), replace=replace)
+        self._after_enqueue([(event_type, scheduled)], due)
         return scheduled
+
+    async def enqueue_many(
+        self,
+        events: Iterable[Event],
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+    ) -> list[bool]:
+        """Schedules many events with one due time and context, a few script calls in all.
+
+        Returns, per event in order, what enqueue() would have. Every event is validated
+        before anything is written.
+        """
+        self._ensure_open()
+        due = DueTime.of(delay, at)
+        outcomes = await self._producer.enqueue_many(
+            events, due, context_json(context), replace=replace
+        )
+        self._after_enqueue(outcomes, due)
+        return [scheduled for _, scheduled in outcomes]
+
+    def _after_enqueue(self, outcomes: list[tuple[str, bool]], due: DueTime) -> None:
+        metrics = self._config.metrics
+        for event_type, scheduled in outcomes:
+            metrics.event_enqueued(event_type, scheduled=scheduled)
+        if self._dispatcher is not None and any(
+            scheduled and event_type in self._registrations for event_type, scheduled in outcomes
+        ):
+            # A local event due before the dispatcher's next pass wakes it at once.
+            self._dispatcher.wake_for(due.due_in)
 
     async def cancel(self, event_class: type[Event], event_id: str) -> bool:
         """Removes a pending event; once this returns, no handler will be handed it.
@@ -233,15 +260,16 @@ class EventService:
         with that id was pending.
         """
         self._ensure_open()
-        return await self._store(event_type_name(event_class)).cancel(event_id)
+        queue = self._queues.queue(event_type_name(event_class))
+        return await queue.store_for(event_id).cancel(event_id)
 
     # -- dead letters ------------------------------------------------------------------------
 
     async def dead_letters(self, event_class: type[E], limit: int = 100) -> list[DeadLetter]:
         """The newest `limit` dead letters of a type, each with its last error."""
         self._ensure_open()
-        store = self._store(event_type_name(event_class))
-        return await read_dead_letters(store, event_class, self._config.serializer, limit)
+        queue = self._queues.queue(event_type_name(event_class))
+        return await read_dead_letters(queue, event_class, self._config.serializer, limit)
 
     async def requeue(self, event_class: type[Event], event_id: str) -> bool:
         """Puts a dead event back, due now, with a fresh attempt count.
@@ -250,7 +278,8 @@ class EventService:
         are kept), or when the dead letter's envelope is unreadable.
         """
         self._ensure_open()
-        result = await self._store(event_type_name(event_class)).requeue(event_id)
+        queue = self._queues.queue(event_type_name(event_class))
+        result = await queue.store_for(event_id).requeue(event_id)
         if result in ("pending", "unreadable"):
             logger.info(
                 "not requeueing %s %r: it is %s", event_class.__qualname__, event_id, result
@@ -262,64 +291,3 @@ class EventService:
     def _ensure_open(self) -> None:
         if self._state in (ServiceState.CLOSING, ServiceState.CLOSED):
             raise ServiceStateError(f"the service is {self._state.value}")
-
-    def _store(self, event_type: str) -> QueueStore:
-        store = self._stores.get(event_type)
-        if store is None:
-            keys = QueueKeys.for_type(self._config.prefix, event_type)
-            store = self._stores[event_type] = QueueStore(self._client, keys, event_type)
-        return store
-
-    def _enqueue_item(
-        self,
-        event: Event,
-        delay: Duration | None,
-        at: datetime | None,
-        context: Mapping[str, str] | None,
-    ) -> tuple[EnqueueItem, float]:
-        """Validates an enqueue; returns the item and roughly how soon it is due (a hint)."""
-        event_id = getattr(event, "id", None)
-        if not isinstance(event_id, str) or not event_id:
-            raise InvalidEnqueueError(
-                f"{type(event).__qualname__}.id must be a non-empty string, got {event_id!r}"
-            )
-        if (delay is None) == (at is None):
-            raise InvalidEnqueueError("give exactly one of delay and at=")
-        if at is not None:
-            if not isinstance(at, datetime) or at.utcoffset() is None:
-                raise InvalidEnqueueError(f"at= must be a timezone-aware datetime, got {at!r}")
-            due_ms = round(at.timestamp() * 1000)
-            due_in = (at - datetime.now(timezone.utc)).total_seconds()
-            absolute = True
-        else:
-            assert delay is not None
-            try:
-                due_in = to_seconds(delay, "delay")
-            except (TypeError, ValueError) as exc:
-                raise InvalidEnqueueError(str(exc)) from exc
-            if due_in < 0:
-                raise InvalidEnqueueError(
-                    f"delay must be >= 0, got {delay!r}; use at= for a past time"
-                )
-            due_ms = round(due_in * 1000)
-            absolute = False
-        return (
-            EnqueueItem(
-                id=event_id,
-                payload=self._config.serializer.encode(event),
-                context_json=_context_json(context),
-                due_ms=due_ms,
-                absolute=absolute,
-            ),
-            due_in,
-        )
-
-
-def _context_json(context: Mapping[str, str] | None) -> str:
-    if not context:
-        return "{}"
-    if not isinstance(context, Mapping) or not all(
-        isinstance(key, str) and isinstance(value, str) for key, value in context.items()
-    ):
-        raise InvalidEnqueueError(f"context must map strings to strings, got {context!r}")
-    return orjson.dumps(dict(context)).decode()
