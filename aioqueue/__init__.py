@@ -20,6 +20,7 @@ from ._errors import (
     ServiceStateError,
 )
 from ._event import Event, event_context, event_type_name
+from ._instrumentation import HandlingScope, Instrumentation, NoInstrumentation
 from ._metrics import Metrics, NoMetrics, Outcome
 from ._retry import ExponentialBackoff, FixedDelays, RetryPolicy
 from ._serializer import JsonSerializer, Serializer
@@ -36,9 +37,12 @@ __all__ = [
     "ExponentialBackoff",
     "FixedDelays",
     "HandlerRegistrationError",
+    "HandlingScope",
+    "Instrumentation",
     "InvalidEnqueueError",
     "JsonSerializer",
     "Metrics",
+    "NoInstrumentation",
     "NoMetrics",
     "Outcome",
     "PayloadDecodeError",

@@ -11,6 +11,7 @@ from ._config import ServiceConfig
 from ._durations import Duration, to_seconds
 from ._errors import ConfigurationError
 from ._event import Event, event_type_name
+from ._instrumentation import Instrumentation, NoInstrumentation
 from ._keys import MAX_PARTITIONS, validate_prefix
 from ._metrics import Metrics, NoMetrics
 from ._retry import ExponentialBackoff, RetryPolicy
@@ -51,6 +52,7 @@ class EventServiceBuilder:
         self._retry_policy: RetryPolicy = ExponentialBackoff()
         self._serializer: Serializer = JsonSerializer()
         self._metrics: Metrics = NoMetrics()
+        self._instrumentation: Instrumentation = NoInstrumentation()
         self._partitions: dict[str, int] = {}
 
     def client(self, client: RedisClient) -> EventServiceBuilder:
@@ -116,6 +118,12 @@ class EventServiceBuilder:
         self._metrics = metrics
         return self
 
+    def instrumentation(self, instrumentation: Instrumentation) -> EventServiceBuilder:
+        """Hooks around enqueue and handler calls, e.g. `aioqueue.tracing.OpenTelemetryTracing()`
+        (a W3C trace context that travels with each event)."""
+        self._instrumentation = instrumentation
+        return self
+
     def partitions(self, event_class: type[Event], partitions: int) -> EventServiceBuilder:
         """Spreads one event type over `partitions` hash tags (Redis Cluster slots).
 
@@ -142,6 +150,7 @@ class EventServiceBuilder:
             retry_policy=self._retry_policy,
             serializer=self._serializer,
             metrics=self._metrics,
+            instrumentation=self._instrumentation,
             partitions=MappingProxyType(
                 {
                     event_type: _int_in_range(

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ._instrumentation import Instrumentation
 from ._metrics import Metrics
 from ._retry import RetryPolicy
 from ._serializer import Serializer
@@ -33,6 +34,8 @@ class ServiceConfig:
     retry_policy: RetryPolicy
     serializer: Serializer
     metrics: Metrics
+    instrumentation: Instrumentation
+    """Hooks around enqueue and handler calls (aioqueue.tracing)."""
     partitions: Mapping[str, int]
     """Event type wire name -> partition count, for the types that have more than one."""
 

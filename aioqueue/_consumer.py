@@ -159,7 +159,11 @@ class Consumer:
             self._report("dead", envelope, duration=0.0, lateness=lateness)
             return
         started = time.perf_counter()
-        error = await self._call_handler(event, envelope)
+        with self._config.instrumentation.handling(
+            envelope.event_type, envelope.id, envelope.attempt, envelope.context
+        ) as handling:
+            error = await self._call_handler(event, envelope)
+            handling.finished(error)
         duration = time.perf_counter() - started
         outcome: Outcome = "ok"
         if error is None:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable
 
 import anyio
+from anyio.abc import TaskGroup
 
 from ._config import ServiceConfig
 from ._recovery import REDIS_ERRORS, ErrorBackoff
@@ -20,7 +21,12 @@ READY_FULL_PAUSE = 0.05
 
 class Dispatcher:
     """Runs dispatch.lua for every handled event type, then sleeps until the earliest due
-    time (at most the scheduling interval) or until woken by a sooner enqueue."""
+    time (at most the scheduling interval) or until woken by a sooner enqueue.
+
+    Sleeping is a local timer, because a blocking command's timeout inside Redis is only as
+    precise as the server's cron (100 ms at the default hz). Wake-ups from other processes
+    arrive through each queue's wake list, watched by one blocking BLPOP per queue.
+    """
 
     def __init__(self, config: ServiceConfig, stores: Callable[[], Iterable[QueueStore]]) -> None:
         self._config = config
@@ -28,25 +34,30 @@ class Dispatcher:
         self._scope = anyio.CancelScope()
         self._wake = anyio.Event()
         self._next_pass = math.inf
+        self._watched: dict[str, anyio.CancelScope] = {}
 
     async def run(self) -> None:
-        errors = ErrorBackoff("dispatching")
         with self._scope:
-            while True:
-                # Fresh state before the pass: an enqueue that arrives during the pass (which
-                # may already have looked at its type) cuts the following sleep short.
-                self._wake = anyio.Event()
-                self._next_pass = math.inf
-                try:
-                    pause = await self._dispatch_all()
-                except REDIS_ERRORS as exc:
-                    await errors.sleep_after(exc)
-                    continue
-                errors.reset()
-                self._next_pass = time.monotonic() + pause
-                if pause > 0:
-                    with anyio.move_on_after(pause):
-                        await self._wake.wait()
+            async with anyio.create_task_group() as watchers:
+                await self._dispatch_forever(watchers)
+
+    async def _dispatch_forever(self, watchers: TaskGroup) -> None:
+        errors = ErrorBackoff("dispatching")
+        while True:
+            # Fresh state before the pass: an enqueue that arrives during the pass (which
+            # may already have looked at its type) cuts the following sleep short.
+            self._wake = anyio.Event()
+            self._next_pass = math.inf
+            try:
+                pause = await self._dispatch_all(watchers)
+            except REDIS_ERRORS as exc:
+                await errors.sleep_after(exc)
+                continue
+            errors.reset()
+            self._next_pass = time.monotonic() + pause
+            if pause > 0:
+                with anyio.move_on_after(pause):
+                    await self._wake.wait()
 
     def stop(self) -> None:
         self._scope.cancel()
@@ -60,11 +71,35 @@ class Dispatcher:
         if time.monotonic() + due_in < self._next_pass:
             self._wake.set()
 
-    async def _dispatch_all(self) -> float:
+    def _watch_wake_signals(self, stores: list[QueueStore], watchers: TaskGroup) -> None:
+        """Keeps one wake-list watcher per handled queue: starts new ones, stops old ones."""
+        current = {store.keys.wake: store for store in stores}
+        for wake_key in [key for key in self._watched if key not in current]:
+            self._watched.pop(wake_key).cancel()
+        for wake_key, store in current.items():
+            if wake_key not in self._watched:
+                scope = self._watched[wake_key] = anyio.CancelScope()
+                watchers.start_soon(self._watch, store, scope)
+
+    async def _watch(self, store: QueueStore, scope: anyio.CancelScope) -> None:
+        errors = ErrorBackoff(f"waiting for {store.event_type} wake-ups")
+        with scope:
+            while True:
+                try:
+                    if await store.wait_for_wake_signal(self._config.polling_timeout):
+                        self._wake.set()
+                except REDIS_ERRORS as exc:
+                    await errors.sleep_after(exc)
+                else:
+                    errors.reset()
+
+    async def _dispatch_all(self, watchers: TaskGroup) -> float:
         """One pass over every event type; returns how long to sleep before the next."""
         config = self._config
         pause = config.scheduling_interval
-        for store in list(self._stores()):
+        stores = list(self._stores())
+        self._watch_wake_signals(stores, watchers)
+        for store in stores:
             result = await store.dispatch(
                 batch_size=config.scheduling_batch_size,
                 lease_ms=config.lease_ms,

@@ -42,6 +42,9 @@ class QueueKeys:
     """zset: event id -> died_at (ms), to list dead letters newest first."""
     sequence: str
     """string: counter that gives every enqueued envelope a new version."""
+    wake: str
+    """list: holds a token while an enqueue has made the earliest due time earlier; sleeping
+    dispatchers block on it (BLPOP), so they wake at once, whichever process enqueued."""
 
     @classmethod
     def for_type(cls, prefix: str, event_type: str) -> QueueKeys:
@@ -58,6 +61,7 @@ class QueueKeys:
             dead_letters=f"{base}:dead_letters",
             dead_letter_times=f"{base}:dead_letter_times",
             sequence=f"{base}:sequence",
+            wake=f"{base}:wake",
         )
 
 

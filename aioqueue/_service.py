@@ -217,6 +217,7 @@ class EventService:
         self._ensure_open()
         due = DueTime.of(delay, at)
         event_type = event_type_name(type(event))
+        context = self._config.instrumentation.enqueue_context(context)
         scheduled = await self._producer.enqueue(event, due, context_json(context), replace=replace)
         self._after_enqueue([(event_type, scheduled)], due)
         return scheduled
@@ -237,6 +238,7 @@ class EventService:
         """
         self._ensure_open()
         due = DueTime.of(delay, at)
+        context = self._config.instrumentation.enqueue_context(context)
         outcomes = await self._producer.enqueue_many(
             events, due, context_json(context), replace=replace
         )

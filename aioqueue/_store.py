@@ -67,7 +67,7 @@ class QueueStore:
         for item in items:
             kind = "at" if item.absolute else "delay"
             args += [item.id, item.payload, item.context_json, kind, item.due_ms]
-        keys = [self.keys.schedule, self.keys.events, self.keys.sequence]
+        keys = [self.keys.schedule, self.keys.events, self.keys.sequence, self.keys.wake]
         results = await ENQUEUE.run(self.client, keys, args)
         return [int(result) == 1 for result in results]
 
@@ -110,6 +110,11 @@ class QueueStore:
         wait = blocking_wait_limit(self.client, timeout)
         # execute_command because redis-py types the timeout as int; Redis takes fractions.
         await self.client.execute_command("BLMOVE", ready, ready, "LEFT", "RIGHT", wait)
+
+    async def wait_for_wake_signal(self, timeout: float) -> bool:
+        """Blocks until an enqueue (from any process) signals a sooner due time, or `timeout`."""
+        wait = blocking_wait_limit(self.client, timeout)
+        return await self.client.execute_command("BLPOP", self.keys.wake, wait) is not None
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""

@@ -1,6 +1,8 @@
 -- Schedules events of one type.
 -- KEYS[1] schedule (zset id -> due ms)   KEYS[2] events (hash id -> envelope)
 -- KEYS[3] sequence (string counter for envelope versions)
+-- KEYS[4] wake (list, optional): gets a token when an event is due before every event
+--   already scheduled, so a dispatcher sleeping until the old earliest time wakes up.
 -- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it
 -- ARGV[2] event type wire name
 -- then 5 values per event: id, payload (JSON text), context (JSON object of strings),
@@ -10,6 +12,12 @@ local now = server_time_ms()
 local replace = ARGV[1] == '1'
 local event_type = ARGV[2]
 local results = {}
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local earliest = math.huge
+if first[2] then
+  earliest = tonumber(first[2])
+end
+local sooner = false
 for i = 3, #ARGV, 5 do
   local id = ARGV[i]
   if not replace and redis.call('HEXISTS', KEYS[2], id) == 1 then
@@ -31,6 +39,15 @@ for i = 3, #ARGV, 5 do
     redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
     redis.call('ZADD', KEYS[1], due, id)
     results[#results + 1] = 1
+    if due < earliest then
+      sooner = true
+      earliest = due
+    end
   end
+end
+if sooner and KEYS[4] then
+  -- One token is enough however many enqueues came first: keep the list at one element.
+  redis.call('RPUSH', KEYS[4], 1)
+  redis.call('LTRIM', KEYS[4], -1, -1)
 end
 return results

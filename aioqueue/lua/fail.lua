@@ -19,6 +19,9 @@ if ARGV[6] == '1' or (tonumber(envelope.attempt) or 0) >= tonumber(ARGV[5]) then
   return 'dead'
 end
 envelope.error = ARGV[3]
+-- The attempt is over: only an event whose attempt is under way carries `due_at`, which is
+-- how `aioqueue stats` tells in-flight events from those waiting for their retry.
+envelope.due_at = nil
 redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), id)
 return 'retry'

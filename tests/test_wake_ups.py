@@ -1,0 +1,53 @@
+"""Event-driven dispatching: woken by other processes' enqueues, no waiting on full batches."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import redis.asyncio as redis
+
+from aioqueue import EventService, EventServiceBuilder
+from tests.support import PaymentCheck, Recorder
+
+Builder = Callable[[], EventServiceBuilder]
+
+
+async def test_an_enqueue_from_another_process_wakes_a_sleeping_dispatcher(
+    service_builder: Builder, redis_url: str
+) -> None:
+    """With a 5 s scheduling interval, a sooner event from another client still arrives on time.
+
+    The producer shares nothing with the worker but the server, as another process would;
+    only the queue's wake list can tell the sleeping dispatcher.
+    """
+    handler = Recorder()
+    producer_client = redis.Redis.from_url(redis_url)
+    producer = EventService.builder().client(producer_client).enable_scheduling(False).build()
+    worker = service_builder().scheduling_interval(5).build()
+    async with worker:
+        worker.add_handler(PaymentCheck, handler)
+        await producer.enqueue(PaymentCheck(id="later", order_id=0), 3600)
+        # Once the warm-up event is handled, the dispatcher sleeps until the warm-up's
+        # lease (2 s) at least: without a wake-up, the next event would wait for that.
+        await producer.enqueue(PaymentCheck(id="warm-up", order_id=1), 0)
+        await handler.wait_for(1, within=3)
+        started = time.monotonic()
+        await producer.enqueue(PaymentCheck(id="soon", order_id=2), 0.2)
+        await handler.wait_for(2, within=3)
+        elapsed = time.monotonic() - started
+    await producer_client.aclose()
+    assert handler.ids == ["warm-up", "soon"]
+    assert 0.19 <= elapsed < 1.0
+
+
+async def test_a_full_batch_is_followed_by_the_next_at_once(service_builder: Builder) -> None:
+    """With batches of 10 and a 5 s interval, 200 due events still arrive within a second."""
+    handler = Recorder()
+    service = service_builder().scheduling_interval(5).scheduling_batch_size(10).build()
+    async with service:
+        await service.enqueue_many([PaymentCheck(id=f"p-{n}", order_id=n) for n in range(200)], 0)
+        started = time.monotonic()
+        service.add_handler(PaymentCheck, handler, parallelism=20)
+        await handler.wait_for(200, within=4)
+    assert time.monotonic() - started < 1.0
