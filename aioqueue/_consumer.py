@@ -50,10 +50,12 @@ class Consumer:
         handler: Handler,
         parallelism: int,
         config: ServiceConfig,
+        on_claimed: Callable[[], None] = lambda: None,
     ) -> None:
         self._event_type = stores[0].event_type
         self._partitions = [_Partition(store, Acknowledger(store)) for store in stores]
         self._event_class = event_class
+        self._on_claimed = on_claimed
         self._handler = handler
         self._parallelism = parallelism
         self._config = config
@@ -107,6 +109,8 @@ class Consumer:
                 continue
             errors.reset()
             self._release(granted - len(claimed.envelopes))
+            if claimed.envelopes:
+                self._on_claimed()
             for raw in claimed.envelopes:
                 handlers.start_soon(self._deliver, partition, raw, claimed.server_now_ms)
             if not claimed.envelopes:

@@ -15,7 +15,8 @@ from ._store import DispatchResult, QueueStore
 
 __all__ = ["Dispatcher"]
 
-# When a ready list is full its consumers are busy; look again soon, without spinning.
+# When a ready list is full its consumers are busy; look again soon, without spinning. This
+# service's own consumers cut the pause short as soon as they claim (ready_list_drained).
 READY_FULL_PAUSE = 0.05
 
 
@@ -35,6 +36,7 @@ class Dispatcher:
         self._wake = anyio.Event()
         self._next_pass = math.inf
         self._watched: dict[str, anyio.CancelScope] = {}
+        self._ready_full = False
 
     async def run(self) -> None:
         with self._scope:
@@ -65,6 +67,11 @@ class Dispatcher:
     def wake(self) -> None:
         """Dispatches now (a handler was added, for example)."""
         self._wake.set()
+
+    def ready_list_drained(self) -> None:
+        """A local consumer claimed events: if a full ready list held dispatching back, go on."""
+        if self._ready_full:
+            self._wake.set()
 
     def wake_for(self, due_in: float) -> None:
         """Dispatches sooner than planned if an event due in `due_in` s would otherwise wait."""
@@ -99,6 +106,7 @@ class Dispatcher:
         pause = config.scheduling_interval
         stores = list(self._stores())
         self._watch_wake_signals(stores, watchers)
+        self._ready_full = False
         for store in stores:
             result = await store.dispatch(
                 batch_size=config.scheduling_batch_size,
@@ -113,11 +121,11 @@ class Dispatcher:
 
     def _pause_after(self, result: DispatchResult) -> float:
         taken = result.dispatched + result.buried
-        if result.limit <= 0:
+        if result.limit < self._config.scheduling_batch_size and taken >= result.limit:
+            self._ready_full = True
             return READY_FULL_PAUSE
         if taken >= result.limit:
-            # A full batch: more may be due right now, unless the ready list cut it short.
-            return 0.0 if result.limit >= self._config.scheduling_batch_size else READY_FULL_PAUSE
+            return 0.0  # a full batch: more may be due right now
         if result.earliest_due_ms is None:
             return self._config.scheduling_interval
         # Round up to the next millisecond so the pass after the sleep finds the event due.

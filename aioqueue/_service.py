@@ -190,8 +190,13 @@ class EventService:
             handler=registration.handler,
             parallelism=registration.parallelism,
             config=self._config,
+            on_claimed=self._ready_list_drained,
         )
         self._task_group.start_soon(registration.consumer.run)
+
+    def _ready_list_drained(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.ready_list_drained()
 
     def _handled_stores(self) -> Iterator[QueueStore]:
         for event_type in self._registrations:
