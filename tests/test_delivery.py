@@ -456,7 +456,10 @@ async def test_pydantic_models_and_custom_wire_names_are_delivered(
         service.add_handler(Reminder, reminders)
         await service.enqueue(invoice, 0.2)
         await service.enqueue(Reminder(id="r-1", text="pay"), 0.2)
-        keys = sorted(text(key) for key in await redis_client.keys("*"))
+        # Wake lists come and go as dispatchers consume their tokens; the rest is stable.
+        keys = sorted(
+            text(key) for key in await redis_client.keys("*") if not text(key).endswith(":wake")
+        )
         [invoice_delivery] = await invoices.wait_for(1)
         [reminder_delivery] = await reminders.wait_for(1)
     assert keys == sorted(
