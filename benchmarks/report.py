@@ -1,0 +1,215 @@
+"""The driver's output: min/median/max per system and metric, the table, the lateness chart."""
+
+from __future__ import annotations
+
+import pathlib
+import statistics
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from common import JsonDict, percentile
+
+# Suffix of the table row that shows aioqueue's second lateness measure (see README, "Clocks").
+WALL_CLOCK_ROW = " (handler wall clock)"
+
+
+@dataclass(frozen=True)
+class Metric:
+    scenario: str
+    key: str
+    title: str  # may name sizes: {enqueue_events}, {drain_events}, ...
+    short: str
+    unit: str
+    higher_is_better: bool
+    digits: int
+
+    def format(self, value: float) -> str:
+        return f"{value:,.{self.digits}f}"
+
+
+METRICS = (
+    Metric("enqueue", "events_per_s",
+           "enqueue rate: {enqueue_events:,} events an hour ahead, 32 calls in flight",
+           "rate", "events/s", True, 0),
+    Metric("drain", "seconds",
+           "drain: {drain_events:,} events already due, no-op handler, until all handled",
+           "took", "s", False, 2),
+    Metric("lateness", "p50_ms",
+           "lateness p50: {lateness_events:,} events due over {lateness_spread:g} s",
+           "p50", "ms", False, 1),
+    Metric("lateness", "p99_ms", "lateness p99", "p99", "ms", False, 1),
+    Metric("lateness", "max_ms", "lateness max", "max", "ms", False, 1),
+    Metric("lateness", "worker_cpu_s", "worker CPU time during the lateness run",
+           "worker cpu", "s", False, 2),
+    Metric("lateness", "server_cpu_s",
+           "server CPU time during the lateness run (producer and worker load)",
+           "server cpu", "s", False, 2),
+    Metric("memory", "bytes_per_event",
+           "Redis memory per pending event: used_memory growth / {memory_events:,}",
+           "memory", "bytes/event", False, 0),
+    Metric("ceiling", "set_get_sequential_ops_per_s",
+           "raw Redis ceiling: SET, GET one at a time ({ceiling_ops:,} ops)",
+           "seq", "ops/s", True, 0),
+    Metric("ceiling", "set_in_flight_ops_per_s", "raw Redis ceiling: SET, 32 in flight",
+           "32 in flight", "ops/s", True, 0),
+    Metric("ceiling", "set_pipelined_ops_per_s", "raw Redis ceiling: SET, pipelines of 100",
+           "pipelined", "ops/s", True, 0),
+)  # fmt: skip
+
+Summary = dict[str, dict[str, dict[str, dict[str, float]]]]
+
+
+def _stats(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "min": min(values),
+        "median": statistics.median(values),
+        "max": max(values),
+        "runs": len(values),
+    }
+
+
+def summarize(runs: Sequence[JsonDict]) -> Summary:
+    """{scenario: {metric key: {row label: {min, median, max, runs}}}} over successful runs."""
+    values: dict[tuple[str, str, str], list[float]] = {}
+    for run in runs:
+        result = run["result"]
+        if "error" in result:
+            continue
+        for metric in METRICS:
+            if metric.scenario != run["scenario"]:
+                continue
+            values.setdefault((metric.scenario, metric.key, run["row"]), []).append(
+                result[metric.key]
+            )
+            if metric.key in result.get("cross_check", {}):
+                label = run["row"] + WALL_CLOCK_ROW
+                values.setdefault((metric.scenario, metric.key, label), []).append(
+                    result["cross_check"][metric.key]
+                )
+    summary: Summary = {}
+    for (scenario, key, label), found in values.items():
+        summary.setdefault(scenario, {}).setdefault(key, {})[label] = _stats(found)
+    return summary
+
+
+def render_table(
+    summary: Summary,
+    *,
+    rows_by_scenario: Mapping[str, Sequence[str]],
+    peers: Collection[str],
+    ours: Collection[str],
+    meta: Mapping[str, Any],
+) -> str:
+    """One plain-text table: a block per metric, min/median/max per row, then ratios."""
+    repeats = meta["repeats"]
+    # A block title is a str; a row is (label, three cells, a note).
+    entries: list[str | tuple[str, Sequence[str], str]] = []
+    for metric in METRICS:
+        labels = rows_by_scenario.get(metric.scenario)
+        if labels is None:
+            continue
+        by_label = summary.get(metric.scenario, {}).get(metric.key, {})
+        better = "higher" if metric.higher_is_better else "lower"
+        title = metric.title.format(**meta["sizes"])
+        entries.append(f"{title} [{metric.unit}, {better} is better]")
+        for label in labels:
+            entries.append(_row(metric, label, by_label.get(label), repeats))
+            wall_clock = by_label.get(label + WALL_CLOCK_ROW)
+            if wall_clock is not None:
+                entries.append(_row(metric, label + WALL_CLOCK_ROW, wall_clock, repeats))
+        entries.extend(_ratio_rows(metric, by_label, labels, peers, ours))
+    width = 2 + max([len(entry[0]) for entry in entries if isinstance(entry, tuple)] + [30])
+    lines = [
+        f"aioqueue vs arq vs saq on one valkey {meta['server']['valkey_version']} server, "
+        f"{'quick' if meta['quick'] else 'full'} sizes, {repeats} repeat(s); "
+        "min / median / max over repeats, ratios of medians",
+        f"{'':{width + 2}}{'min':>12}{'median':>12}{'max':>12}",
+    ]
+    for entry in entries:
+        if isinstance(entry, str):
+            lines.append(entry)
+        else:
+            label, cells, note = entry
+            lines.append(f"  {label:{width}}" + "".join(f"{cell:>12}" for cell in cells) + note)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _row(
+    metric: Metric, label: str, stats: Mapping[str, float] | None, repeats: int
+) -> tuple[str, Sequence[str], str]:
+    if stats is None:
+        return label, ["failed"], ""
+    cells = [metric.format(stats[name]) for name in ("min", "median", "max")]
+    partial = f"  ({stats['runs']:.0f} of {repeats} runs)" if stats["runs"] < repeats else ""
+    return label, cells, partial
+
+
+def _ratio_rows(
+    metric: Metric,
+    by_label: Mapping[str, Mapping[str, float]],
+    labels: Sequence[str],
+    peers: Collection[str],
+    ours: Collection[str],
+) -> list[tuple[str, Sequence[str], str]]:
+    """aioqueue's median over the best peer's median, for each aioqueue row."""
+    peer_medians = {label: by_label[label]["median"] for label in labels
+                    if label in peers and label in by_label}  # fmt: skip
+    if not peer_medians:
+        return []
+    pick = max if metric.higher_is_better else min
+    best_label = pick(peer_medians, key=lambda label: peer_medians[label])
+    best = peer_medians[best_label]
+    rows: list[tuple[str, Sequence[str], str]] = []
+    for label in labels:
+        if label in ours and label in by_label:
+            ratio = f"{by_label[label]['median'] / best:.2f}x" if best else "n/a"
+            rows.append((f"ratio {label} / best peer {best_label}", ["", ratio], ""))
+    return rows
+
+
+def lateness_chart(
+    runs: Sequence[JsonDict], path: pathlib.Path, *, meta: Mapping[str, Any]
+) -> pathlib.Path | None:
+    """Empirical CDFs of lateness per row, all repeats pooled; None without lateness runs."""
+    samples: dict[str, list[float]] = {}
+    for run in runs:
+        if run["scenario"] == "lateness" and "error" not in run["result"]:
+            samples.setdefault(run["row"], []).extend(run["result"]["lateness_ms"])
+    if not samples:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = meta["sizes"]
+    figure, axes = plt.subplots(figsize=(9, 5.5), layout="constrained")
+    for label, values in samples.items():
+        ordered = sorted(values)
+        fractions = [(index + 1) / len(ordered) for index in range(len(ordered))]
+        p50, p99 = percentile(ordered, 0.50), percentile(ordered, 0.99)
+        axes.step(
+            ordered,
+            fractions,
+            where="post",
+            linewidth=2.4 if label.startswith("aioqueue") else 1.5,
+            label=f"{label}  (p50 {p50:,.1f} ms, p99 {p99:,.1f} ms)",
+        )
+    axes.set_xscale("symlog", linthresh=1.0)
+    axes.set_xlabel("lateness: handling time - due time (ms, symlog scale)")
+    axes.set_ylabel("fraction of events handled")
+    axes.set_ylim(0, 1.01)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(loc="lower right", fontsize="small")
+    axes.set_title(
+        f"Delivery lateness: {sizes['lateness_events']:,} events due over "
+        f"{sizes['lateness_spread']:g} s, one worker, {meta['repeats']} repeat(s) pooled\n"
+        f"valkey {meta['server']['valkey_version']}; aioqueue on the server clock (Metrics), "
+        "arq and saq on the machine's clock",
+        fontsize="medium",
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

