@@ -36,8 +36,12 @@ class Envelope:
     """Due time of this attempt, ms on the server clock."""
 
     @classmethod
-    def parse(cls, raw: bytes | str) -> Envelope:
+    def parse(cls, raw: bytes | str, *, event_id: str | None = None) -> Envelope:
+        """Parses a delivery; pass `event_id` (the hash field) to parse a stored envelope,
+        which leaves its id out."""
         fields = _load(raw)
+        if event_id is not None:
+            fields.setdefault("id", event_id)
         try:
             return cls(
                 id=_str(fields, "id"),

@@ -8,10 +8,18 @@ local function server_time_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- What a consumer receives: the stored envelope with the event id put in front. The stored
+-- envelope leaves the id out (it is the hash field already: bytes per pending event are what
+-- a large backlog costs), and claim.lua rebuilds this exact text to recognise a current copy.
+local function delivery_of(id, stored)
+  return '{"id":' .. cjson.encode(id) .. ',' .. string.sub(stored, 2)
+end
+
 -- Moves one event out of the queue into the dead-letter set, keeping its envelope and
 -- the reason. Nothing leaves a queue silently: every removal other than success or
--- cancel goes through here.
+-- cancel goes through here. Dead letters carry their id, so each one reads on its own.
 local function bury(schedule, events, dead_letters, dead_letter_times, id, envelope, err, now)
+  envelope.id = id
   envelope.error = err
   envelope.died_at = now
   redis.call('ZREM', schedule, id)

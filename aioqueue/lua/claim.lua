@@ -2,9 +2,9 @@
 -- KEYS[1] ready   KEYS[2] schedule   KEYS[3] events   KEYS[4] dead_letters
 -- KEYS[5] dead_letter_times
 -- ARGV[1] count   ARGV[2] lease ms
--- An envelope is handed out only if it is still byte-for-byte the stored one: an event that
--- was cancelled, replaced or re-dispatched since it was pushed is dropped here, so a stale
--- copy never reaches a handler. Each claimed event's next attempt moves to `lease` ms from
+-- An envelope is handed out only if it is still byte-for-byte the stored one (plus its id,
+-- see delivery_of in _prelude.lua): an event that was cancelled, replaced or re-dispatched
+-- since it was pushed is dropped here, so a stale copy never reaches a handler. Each claimed event's next attempt moves to `lease` ms from
 -- now, so it cannot start again while this handler may still run.
 -- Returns {server now ms, envelope, envelope, ...}.
 local now = server_time_ms()
@@ -17,7 +17,8 @@ end
 for _, raw in ipairs(popped) do
   local ok, envelope = pcall(cjson.decode, raw)
   if ok and type(envelope) == 'table' and type(envelope.id) == 'string' then
-    if redis.call('HGET', KEYS[3], envelope.id) == raw then
+    local stored = redis.call('HGET', KEYS[3], envelope.id)
+    if stored and delivery_of(envelope.id, stored) == raw then
       redis.call('ZADD', KEYS[2], 'XX', now + lease, envelope.id)
       result[#result + 1] = raw
     end

@@ -3,8 +3,8 @@
 -- KEYS[5] dead_letter_times
 -- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
 -- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
--- lost worker only delays the event) and push the envelope. An event that already had all
--- its attempts goes to the dead-letter set instead.
+-- lost worker only delays the event) and push its delivery (the envelope with its id). An
+-- event that already had all its attempts goes to the dead-letter set instead.
 -- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit}; limit is how
 -- many events this call was allowed to take (batch size, less when the ready list is full).
 
@@ -13,7 +13,7 @@
 -- event would come back after every lease until its attempts ran out, buried for the wrong
 -- reason. The checks mirror Envelope.parse in aioqueue/_envelope.py.
 local function envelope_problem(envelope, id)
-  if envelope.id ~= id then
+  if envelope.id ~= nil and envelope.id ~= id then
     return 'id field does not match the event id'
   end
   if type(envelope.type) ~= 'string' then
@@ -78,12 +78,13 @@ if limit > 0 then
           bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, envelope, last_error, now)
           buried = buried + 1
         else
+          envelope.id = nil  -- stored without it; the delivery puts it back in front
           envelope.attempt = attempt + 1
           envelope.due_at = tonumber(due[i + 1])
           local encoded = cjson.encode(envelope)
           redis.call('HSET', KEYS[2], id, encoded)
           redis.call('ZADD', KEYS[1], now + lease, id)
-          redis.call('RPUSH', KEYS[3], encoded)
+          redis.call('RPUSH', KEYS[3], delivery_of(id, encoded))
           dispatched = dispatched + 1
         end
       end

@@ -28,14 +28,16 @@ for i = 3, #ARGV, 5 do
       due = now + due
     end
     local envelope = {
-      id = id,
       type = event_type,
       payload = ARGV[i + 1],
-      context = cjson.decode(ARGV[i + 2]),
       attempt = 0,
       version = redis.call('INCR', KEYS[3]),
-      enqueued_at = now,
     }
+    local context = cjson.decode(ARGV[i + 2])
+    if next(context) ~= nil then
+      -- An empty context is left out: most events have none, and a backlog pays per byte.
+      envelope.context = context
+    end
     redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
     redis.call('ZADD', KEYS[1], due, id)
     results[#results + 1] = 1

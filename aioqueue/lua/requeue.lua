@@ -17,6 +17,7 @@ if not ok or type(envelope) ~= 'table' or type(envelope.payload) ~= 'string' the
   return -2
 end
 local now = server_time_ms()
+envelope.id = nil
 envelope.attempt = 0
 envelope.error = nil
 envelope.died_at = nil
