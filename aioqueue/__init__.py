@@ -16,6 +16,7 @@ from ._errors import (
     HandlerRegistrationError,
     InvalidEnqueueError,
     PayloadDecodeError,
+    PayloadTooLargeError,
     SerializationError,
     ServiceStateError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "NoMetrics",
     "Outcome",
     "PayloadDecodeError",
+    "PayloadTooLargeError",
     "RetryPolicy",
     "SerializationError",
     "Serializer",

@@ -45,7 +45,9 @@ class EventServiceBuilder:
             "polling_timeout": 1.0,
             "handler_timeout": 30.0,
             "shutdown_grace": 10.0,
+            "loop_blocking_threshold": 0.5,
         }
+        self._max_payload_bytes = 1024 * 1024
         self._batch_size = 100
         self._retry_attempts = 10
         self._enable_scheduling = True
@@ -101,6 +103,18 @@ class EventServiceBuilder:
         self._durations["shutdown_grace"] = grace
         return self
 
+    def max_payload_bytes(self, limit: int) -> EventServiceBuilder:
+        """Largest payload plus context an enqueue accepts (default 1 MiB); larger ones raise
+        PayloadTooLargeError before anything is written."""
+        self._max_payload_bytes = limit
+        return self
+
+    def loop_blocking_threshold(self, threshold: Duration) -> EventServiceBuilder:
+        """Warn, naming the handler, when a handler blocks the event loop this long (default
+        0.5 s; 0 turns the check off)."""
+        self._durations["loop_blocking_threshold"] = threshold
+        return self
+
     def enable_scheduling(self, enabled: bool = True) -> EventServiceBuilder:
         """False: this service runs no dispatcher (it only produces, or only consumes)."""
         self._enable_scheduling = enabled
@@ -151,6 +165,10 @@ class EventServiceBuilder:
             serializer=self._serializer,
             metrics=self._metrics,
             instrumentation=self._instrumentation,
+            max_payload_bytes=_int_in_range(
+                "max_payload_bytes", self._max_payload_bytes, 1, 512 * 1024 * 1024
+            ),
+            loop_blocking_threshold=self._seconds("loop_blocking_threshold", 0, 3600),
             partitions=MappingProxyType(
                 {
                     event_type: _int_in_range(

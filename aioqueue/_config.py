@@ -36,6 +36,10 @@ class ServiceConfig:
     metrics: Metrics
     instrumentation: Instrumentation
     """Hooks around enqueue and handler calls (aioqueue.tracing)."""
+    max_payload_bytes: int
+    """Largest payload plus context (UTF-8 bytes) an enqueue accepts."""
+    loop_blocking_threshold: float
+    """Warn when the event loop stalls this long while a handler runs; 0 turns it off."""
     partitions: Mapping[str, int]
     """Event type wire name -> partition count, for the types that have more than one."""
 

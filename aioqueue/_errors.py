@@ -4,6 +4,7 @@
     ├── ConfigurationError         a builder setting is missing or out of range
     ├── EventDefinitionError       an event class cannot be used as an event
     ├── InvalidEnqueueError        enqueue arguments rejected (id, delay, at, context)
+    │   └── PayloadTooLargeError   the payload and context exceed max_payload_bytes
     ├── SerializationError         an event could not be encoded into a payload
     ├── PayloadDecodeError         a stored payload could not be decoded into its class
     ├── HandlerRegistrationError   a handler cannot be added (duplicate, bad parallelism)
@@ -22,6 +23,7 @@ __all__ = [
     "HandlerRegistrationError",
     "InvalidEnqueueError",
     "PayloadDecodeError",
+    "PayloadTooLargeError",
     "SerializationError",
     "ServiceStateError",
 ]
@@ -41,6 +43,10 @@ class EventDefinitionError(AioqueueError, TypeError):
 
 class InvalidEnqueueError(AioqueueError, ValueError):
     """The arguments of an enqueue were rejected before anything was written."""
+
+
+class PayloadTooLargeError(InvalidEnqueueError):
+    """An event's payload and context are larger than the service's max_payload_bytes."""
 
 
 class SerializationError(AioqueueError, ValueError):

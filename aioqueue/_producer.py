@@ -11,7 +11,7 @@ import orjson
 
 from ._config import ServiceConfig
 from ._durations import Duration, to_seconds
-from ._errors import InvalidEnqueueError
+from ._errors import InvalidEnqueueError, PayloadTooLargeError
 from ._event import Event, event_type_name
 from ._queue import QueueDirectory
 from ._store import EnqueueItem, QueueStore
@@ -123,9 +123,16 @@ class Producer:
             raise InvalidEnqueueError(
                 f"{type(event).__qualname__}.id must be a non-empty string, got {event_id!r}"
             )
+        payload = self._config.serializer.encode(event)
+        size = len(payload.encode()) + len(context.encode())
+        if size > self._config.max_payload_bytes:
+            raise PayloadTooLargeError(
+                f"{type(event).__qualname__} {event_id!r} is {size} bytes of payload and "
+                f"context, more than max_payload_bytes={self._config.max_payload_bytes}"
+            )
         return EnqueueItem(
             id=event_id,
-            payload=self._config.serializer.encode(event),
+            payload=payload,
             context_json=context,
             due_ms=due.milliseconds,
             absolute=due.absolute,

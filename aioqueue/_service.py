@@ -6,7 +6,7 @@ import enum
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from types import TracebackType
+from types import CodeType, TracebackType
 from typing import TypeVar
 
 import anyio
@@ -26,6 +26,7 @@ from ._producer import DueTime, Producer, context_json
 from ._queue import QueueDirectory
 from ._recovery import logger
 from ._store import QueueStore
+from ._watchdog import LoopWatchdog, handler_code
 
 __all__ = ["EventService", "ServiceState"]
 
@@ -102,6 +103,9 @@ class EventService:
         if self._config.enable_scheduling:
             self._dispatcher = Dispatcher(self._config, self._handled_stores)
             task_group.start_soon(self._dispatcher.run)
+        if self._config.loop_blocking_threshold > 0:
+            watchdog = LoopWatchdog(self._config.loop_blocking_threshold, self._handler_codes)
+            task_group.start_soon(watchdog.run)
         for registration in self._registrations.values():
             self._start_consumer(registration)
         return self
@@ -193,6 +197,15 @@ class EventService:
             on_claimed=self._ready_list_drained,
         )
         self._task_group.start_soon(registration.consumer.run)
+
+    def _handler_codes(self) -> dict[CodeType, str]:
+        codes = {}
+        for registration in list(self._registrations.values()):
+            code = handler_code(registration.handler)
+            if code is not None:
+                name = getattr(registration.handler, "__qualname__", code.co_name)
+                codes[code] = f"{name} ({registration.event_type})"
+        return codes
 
     def _ready_list_drained(self) -> None:
         if self._dispatcher is not None:

@@ -1,0 +1,74 @@
+"""Oversized payloads are refused up front; handlers that block the loop are named."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+import redis.asyncio as redis
+
+from aioqueue import EventServiceBuilder, InvalidEnqueueError, PayloadTooLargeError
+from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until
+
+Builder = Callable[[], EventServiceBuilder]
+
+
+async def test_an_oversized_payload_is_refused_and_nothing_is_written(
+    service_builder: Builder, redis_client: redis.Redis
+) -> None:
+    """The limit counts payload plus context; a refused batch writes nothing at all."""
+    async with service_builder().max_payload_bytes(100).build() as service:
+        assert await service.enqueue(OrderTimeout(id="o-1", reason="x" * 60), 60)
+        with pytest.raises(PayloadTooLargeError, match=r"OrderTimeout 'o-2' is \d+ bytes"):
+            await service.enqueue(OrderTimeout(id="o-2", reason="x" * 120), 60)
+        with pytest.raises(PayloadTooLargeError, match="max_payload_bytes=100"):
+            await service.enqueue(
+                OrderTimeout(id="o-3", reason="short"), 60, context={"trace": "t" * 100}
+            )
+        with pytest.raises(InvalidEnqueueError):  # the limit error is an enqueue error too
+            await service.enqueue_many(
+                [OrderTimeout(id="o-4"), OrderTimeout(id="o-5", reason="é" * 60)], 60
+            )
+    assert await redis_client.hkeys("aioqueue:{OrderTimeout}:events") == [b"o-1"]
+
+
+async def test_a_handler_that_blocks_the_event_loop_is_reported_by_name(
+    service_builder: Builder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A time.sleep inside a handler stalls every other task: the warning says who did it."""
+    caplog.set_level(logging.WARNING, logger="aioqueue")
+
+    async def check_payment_blocking(event: PaymentCheck) -> bool:
+        time.sleep(0.6)  # noqa: ASYNC251 -- the mistake under test: blocking inside a coroutine
+        return True
+
+    polite = Recorder()
+    async with service_builder().loop_blocking_threshold(0.2).build() as service:
+        service.add_handler(PaymentCheck, check_payment_blocking)
+        service.add_handler(OrderTimeout, polite)
+        await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
+        await service.enqueue(OrderTimeout(id="o-1"), 0)
+        await polite.wait_for(1)
+
+        async def warned() -> bool:
+            return any("blocked" in record.getMessage() for record in caplog.records)
+
+        await wait_until(warned, within=5)
+    [warning] = [r.getMessage() for r in caplog.records if "blocked" in r.getMessage()]
+    assert "check_payment_blocking (PaymentCheck)" in warning
+    assert "anyio.to_thread.run_sync" in warning
+
+
+async def test_handlers_that_await_raise_no_blocking_warning(
+    service_builder: Builder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watchdog stays quiet for well-behaved handlers (no false alarms)."""
+    caplog.set_level(logging.WARNING, logger="aioqueue")
+    handler = Recorder()
+    async with service_builder().loop_blocking_threshold(0.2).build() as service:
+        service.add_handler(PaymentCheck, handler, parallelism=10)
+        await service.enqueue_many([PaymentCheck(id=f"p-{n}", order_id=n) for n in range(50)], 0)
+        await handler.wait_for(50)
+    assert not [r for r in caplog.records if "blocked" in r.getMessage()]
