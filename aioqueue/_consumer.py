@@ -142,7 +142,7 @@ class Consumer:
 
     async def _handle(self, partition: _Partition, raw: bytes | str, claimed_at_ms: int) -> None:
         try:
-            envelope = Envelope.parse(raw)
+            envelope = Envelope.parse(raw, event_type=self._event_type)
         except EnvelopeError as exc:
             # dispatch.lua buries envelopes this would refuse, so only a disagreement between its
             # checks and Envelope.parse lands here; unsettled, it is buried once its attempts

@@ -36,10 +36,17 @@ class Envelope:
     """Due time of this attempt, ms on the server clock."""
 
     @classmethod
-    def parse(cls, raw: bytes | str, *, event_id: str | None = None) -> Envelope:
-        """Parses a delivery; pass `event_id` (the hash field) to parse a stored envelope,
-        which leaves its id out."""
+    def parse(
+        cls, raw: bytes | str, *, event_type: str, event_id: str | None = None
+    ) -> Envelope:
+        """Parses a delivery from the queue of `event_type`; pass `event_id` (the hash field)
+        to parse a stored envelope, which leaves its id out.
+
+        Envelopes written by aioqueue leave the type out too (the key says it); one that
+        states a type keeps it, so a mismatch can be caught.
+        """
         fields = _load(raw)
+        fields.setdefault("type", event_type)
         if event_id is not None:
             fields.setdefault("id", event_id)
         try:

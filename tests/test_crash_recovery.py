@@ -65,7 +65,7 @@ async def server_time_ms(client: redis.Redis) -> int:
 async def pending_envelope(client: redis.Redis, event_id: str) -> Envelope:
     raw = await client.hget(KEYS.events, event_id)
     assert raw is not None, f"{event_id} is not pending"
-    return Envelope.parse(raw, event_id=event_id)
+    return Envelope.parse(raw, event_type="PaymentCheck", event_id=event_id)
 
 
 async def read_line(process: Process, log: pathlib.Path, within: float = 10.0) -> str:

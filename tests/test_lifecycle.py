@@ -26,7 +26,9 @@ KEYS = QueueKeys.for_type("aioqueue", "PaymentCheck")
 async def pending_envelope(client: redis.Redis, event_id: str) -> Envelope | None:
     """The stored envelope of a pending PaymentCheck, None when it is gone."""
     raw = await client.hget(KEYS.events, event_id)
-    return None if raw is None else Envelope.parse(raw, event_id=event_id)
+    return (
+        None if raw is None else Envelope.parse(raw, event_type="PaymentCheck", event_id=event_id)
+    )
 
 
 async def server_time_ms(client: redis.Redis) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import orjson
+import pytest
 import redis.asyncio as redis
+from redis.exceptions import ResponseError
 
 from aioqueue import EventServiceBuilder
 from aioqueue._scripts import script_source
@@ -72,3 +74,21 @@ async def test_keys_written_directly_in_one_multi_are_delivered(
         [delivery] = await handler.wait_for(1)
     assert delivery.event == PaymentCheck(id="p-3", order_id=3)
     assert await redis_client.hlen(EVENTS) == 0
+
+
+async def test_the_enqueue_script_refuses_a_type_that_does_not_own_the_keys(
+    redis_client: redis.Redis,
+) -> None:
+    """A producer naming one type cannot write into another type's queue."""
+    with pytest.raises(ResponseError, match="does not own key"):
+        await redis_client.eval(
+            script_source("enqueue"),
+            3,
+            SCHEDULE,
+            EVENTS,
+            SEQUENCE,
+            "0",
+            "OrderTimeout",
+            *("o-1", "{}", "{}", "delay", 0),
+        )
+    assert await redis_client.exists(EVENTS) == 0

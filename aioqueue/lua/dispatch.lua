@@ -16,7 +16,7 @@ local function envelope_problem(envelope, id)
   if envelope.id ~= nil and envelope.id ~= id then
     return 'id field does not match the event id'
   end
-  if type(envelope.type) ~= 'string' then
+  if envelope.type ~= nil and type(envelope.type) ~= 'string' then
     return 'type must be a string'
   end
   if type(envelope.payload) ~= 'string' then

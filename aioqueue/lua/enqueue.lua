@@ -4,13 +4,18 @@
 -- KEYS[4] wake (list, optional): gets a token when an event is due before every event
 --   already scheduled, so a dispatcher sleeping until the old earliest time wakes up.
 -- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it
--- ARGV[2] event type wire name
+-- ARGV[2] event type wire name: checked against the keys' hash tag, so a producer cannot
+--   write one type's events into another type's queue
 -- then 5 values per event: id, payload (JSON text), context (JSON object of strings),
 --   due kind ('delay' or 'at'), milliseconds (a delay, or epoch ms for 'at')
 -- Returns one integer per event: 1 scheduled, 0 kept the pending event with that id.
 local now = server_time_ms()
 local replace = ARGV[1] == '1'
 local event_type = ARGV[2]
+local tag = string.match(KEYS[1], '{([^}]*)}')
+if tag ~= event_type and string.sub(tag or '', 1, #event_type + 1) ~= event_type .. '#' then
+  return redis.error_reply('event type ' .. event_type .. ' does not own key ' .. KEYS[1])
+end
 local results = {}
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local earliest = math.huge
@@ -27,8 +32,8 @@ for i = 3, #ARGV, 5 do
     if ARGV[i + 3] == 'delay' then
       due = now + due
     end
+    -- The type is left out: the key's hash tag says it, and every byte counts in a backlog.
     local envelope = {
-      type = event_type,
       payload = ARGV[i + 1],
       attempt = 0,
       version = redis.call('INCR', KEYS[3]),
