@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -9,6 +10,7 @@ from datetime import datetime, timezone
 import anyio
 import orjson
 
+from ._coalescer import Coalescer
 from ._config import ServiceConfig
 from ._durations import Duration, to_seconds
 from ._errors import InvalidEnqueueError, PayloadTooLargeError
@@ -67,18 +69,24 @@ def context_json(context: Mapping[str, str] | None) -> str:
 class Producer:
     """Validates events and schedules them, grouped per partition and chunked."""
 
-    __slots__ = ("_config", "_queues")
+    __slots__ = ("_coalescers", "_config", "_queues")
 
     def __init__(self, queues: QueueDirectory, config: ServiceConfig) -> None:
         self._queues = queues
         self._config = config
+        self._coalescers: dict[tuple[QueueStore, bool], Coalescer[EnqueueItem, bool]] = {}
 
     async def enqueue(self, event: Event, due: DueTime, context: str, *, replace: bool) -> bool:
-        """Schedules one event: the hot path of most producers, one script call."""
+        """Schedules one event. Concurrent calls for the same queue share script calls."""
         queue = await self._queues.recorded(event_type_name(type(event)))
         item = self._item(event, due, context)
-        [scheduled] = await queue.store_for(item.id).enqueue([item], replace=replace)
-        return scheduled
+        store = queue.store_for(item.id)
+        coalescer = self._coalescers.get((store, replace))
+        if coalescer is None:
+            coalescer = self._coalescers[store, replace] = Coalescer(
+                functools.partial(store.enqueue, replace=replace), CHUNK_SIZE
+            )
+        return await coalescer.submit(item)
 
     async def enqueue_many(
         self, events: Iterable[Event], due: DueTime, context: str, *, replace: bool
