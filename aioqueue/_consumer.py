@@ -73,16 +73,11 @@ class Consumer:
     async def run(self) -> None:
         """Takes and handles events until stop_taking(), then waits for running handlers."""
         try:
-            async with anyio.create_task_group() as background:
-                for partition in self._partitions:
-                    background.start_soon(partition.acknowledger.run)
-                async with anyio.create_task_group() as handlers:
-                    with self._taking:
-                        async with anyio.create_task_group() as takers:
-                            for partition in self._partitions:
-                                takers.start_soon(self._take_events, partition, handlers)
-                # Every handler has returned and its acknowledgement was awaited.
-                background.cancel_scope.cancel()
+            async with anyio.create_task_group() as handlers:
+                with self._taking:
+                    async with anyio.create_task_group() as takers:
+                        for partition in self._partitions:
+                            takers.start_soon(self._take_events, partition, handlers)
         finally:
             self._finished.set()
 
