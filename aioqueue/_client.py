@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-__all__ = ["RedisClient", "blocking_wait_limit", "client_from_url"]
+__all__ = ["RedisClient", "blocking_wait_limit", "client_from_url", "ensure_slot_map"]
 
 RedisClient: TypeAlias = "Redis | RedisCluster"
 
@@ -16,8 +16,35 @@ def client_from_url(url: str) -> RedisClient:
     """A client for `url`; `redis+cluster://` or `rediss+cluster://` selects Redis Cluster."""
     for scheme in ("redis+cluster://", "rediss+cluster://"):
         if url.startswith(scheme):
-            return RedisCluster.from_url(url.replace("+cluster", "", 1))
+            return _SlotMapFirstCluster.from_url(url.replace("+cluster", "", 1))
     return Redis.from_url(url)
+
+
+class _SlotMapFirstCluster(RedisCluster):
+    """A RedisCluster that loads its slot map before it routes a command (see ensure_slot_map).
+
+    redis-py picks a command's node before it loads a missing map, so without this, the
+    blocking waits of a starting service, or of one whose client redis-py has just closed
+    after a CLUSTERDOWN, go to random nodes and their MOVED replies close connections that
+    other commands are using.
+    """
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+
+async def ensure_slot_map(client: RedisClient) -> None:
+    """Loads a cluster client's slot map unless it has one; does nothing on a standalone client.
+
+    A RedisCluster without its slot map (never used yet, or closed by redis-py itself after a
+    CLUSTERDOWN or a run of MOVED replies) sends keyed commands to a random node, and every
+    fifth MOVED reply makes it close all its connections, commands in flight included: those
+    fail, or are sent again and run twice. Its `initialize()` is a no-op once the map is loaded
+    and runs once, under a lock, when many callers need it at the same time.
+    """
+    if isinstance(client, RedisCluster):
+        await client.initialize()
 
 
 def blocking_wait_limit(client: RedisClient, wanted: float) -> float:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TextIO
@@ -15,6 +17,7 @@ import anyio
 from ._embedded_server import EmbeddedServer
 from ._event import Event
 from ._metrics import Outcome
+from ._progress import ProgressBar
 from ._retry import FixedDelays
 from ._service import EventService
 
@@ -59,38 +62,23 @@ class DemoMetrics:
             self.all_settled.set()
 
 
-class ProgressBar:
-    """A one-line bar on a terminal; a line per 10 % otherwise (logs, CI)."""
-
-    def __init__(self, total: int, out: TextIO) -> None:
-        self._total = total
-        self._out = out
-        self._interactive = out.isatty()
-        self._last_tenth = -1
-
-    def show(self, done: int) -> None:
-        fraction = min(1.0, done / self._total)
-        if self._interactive:
-            filled = round(fraction * 40)
-            bar = "#" * filled + "." * (40 - filled)
-            self._out.write(f"\r  handled [{bar}] {done}/{self._total}")
-            self._out.flush()
-        elif (tenth := math.floor(fraction * 10)) > self._last_tenth:
-            self._last_tenth = tenth
-            print(f"  handled {done}/{self._total}", file=self._out)
-
-    def close(self) -> None:
-        if self._interactive:
-            self._out.write("\n")
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-async def run_demo(*, events: int = 3000, spread: float = 3.0, out: TextIO = sys.stdout) -> int:
-    """Schedules `events` over `spread` seconds and handles them; returns an exit code."""
+async def run_demo(
+    *,
+    events: int = 3000,
+    spread: float = 3.0,
+    out: TextIO = sys.stdout,
+    url: str | None = None,
+    prefix: str = "aioqueue",
+) -> int:
+    """Schedules `events` over `spread` seconds and handles them; returns an exit code.
+
+    Without `url` the demo starts (and removes) an embedded server of its own.
+    """
     flaky = {i for i in range(events) if i % 25 == 3}  # fail their first attempt
     doomed = {i for i in range(events) if i % 400 == 7}  # fail every attempt
     attempts_seen: dict[int, int] = {}
@@ -102,11 +90,11 @@ async def run_demo(*, events: int = 3000, spread: float = 3.0, out: TextIO = sys
         return not (event.order_id in flaky and seen == 1)
 
     metrics = DemoMetrics(events)
-    with EmbeddedServer() as server:
-        print(f"aioqueue demo: server {server.binary.name} on {server.url}", file=out)
+    with _server_url(url, out) as server_url:
         service = (
             EventService.builder()
-            .url(server.url)
+            .url(server_url)
+            .prefix(prefix)
             .scheduling_interval(timedelta(milliseconds=500))
             .scheduling_batch_size(200)
             .retry_attempts(3)
@@ -149,6 +137,17 @@ async def run_demo(*, events: int = 3000, spread: float = 3.0, out: TextIO = sys
         _report(metrics, dead_count=len(dead), example_error=dead[0].error if dead else "", out=out)
         print(f"  done in {elapsed:.1f} s", file=out)
     return 0 if metrics.outcomes["ok"] + len(dead) == events else 1
+
+
+@contextlib.contextmanager
+def _server_url(url: str | None, out: TextIO) -> Iterator[str]:
+    if url is not None:
+        print(f"aioqueue demo: server {url}", file=out)
+        yield url
+        return
+    with EmbeddedServer() as server:
+        print(f"aioqueue demo: server {server.binary.name} on {server.url}", file=out)
+        yield server.url
 
 
 def _report(metrics: DemoMetrics, *, dead_count: int, example_error: str, out: TextIO) -> None:

@@ -36,9 +36,7 @@ class Envelope:
     """Due time of this attempt, ms on the server clock."""
 
     @classmethod
-    def parse(
-        cls, raw: bytes | str, *, event_type: str, event_id: str | None = None
-    ) -> Envelope:
+    def parse(cls, raw: bytes | str, *, event_type: str, event_id: str | None = None) -> Envelope:
         """Parses a delivery from the queue of `event_type`; pass `event_id` (the hash field)
         to parse a stored envelope, which leaves its id out.
 

@@ -5,15 +5,20 @@ from __future__ import annotations
 import logging
 
 import anyio
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 __all__ = ["REDIS_ERRORS", "ErrorBackoff", "logger"]
 
 logger = logging.getLogger("aioqueue")
 
 # What a lost or failing server looks like from redis-py: its own errors (ConnectionError,
-# TimeoutError and friends derive from RedisError) and the OS's socket errors.
-REDIS_ERRORS = (RedisError, OSError)
+# TimeoutError and friends derive from RedisError) and the OS's socket errors. On a cluster
+# also RedisClusterException (not a RedisError: "cannot be connected", SlotNotCoveredError,
+# raised while a failover is under way), and AttributeError: redis-py's cluster client (8.1)
+# disconnects a node's connections while other commands are using them when one command hits
+# a connection error or CLUSTERDOWN, and those fail inside redis-py with "'NoneType' object
+# has no attribute 'writelines'". The loops that catch these only wrap single Redis calls.
+REDIS_ERRORS = (RedisError, RedisClusterException, OSError, AttributeError)
 
 
 class ErrorBackoff:

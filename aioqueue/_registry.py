@@ -6,7 +6,7 @@ find all queues of a prefix without scanning the keyspace.
 
 from __future__ import annotations
 
-from ._client import RedisClient
+from ._client import RedisClient, ensure_slot_map
 from ._envelope import text
 from ._keys import QueueLayout
 
@@ -19,6 +19,8 @@ def registry_key(prefix: str) -> str:
 
 
 async def record_layout(client: RedisClient, layout: QueueLayout) -> None:
+    # Often a service's first command, and concurrent enqueues all start here.
+    await ensure_slot_map(client)
     await client.hset(registry_key(layout.prefix), layout.event_type, str(layout.partitions))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from ._client import RedisClient
+from ._client import RedisClient, ensure_slot_map
 
 __all__ = ["LuaScript", "script_source"]
 
@@ -38,6 +38,7 @@ class LuaScript:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     async def run(self, client: RedisClient, keys: list[str], args: list[str | int]) -> Any:
+        await ensure_slot_map(client)
         try:
             return await client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:

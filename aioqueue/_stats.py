@@ -3,14 +3,15 @@
 What each number means (all counted by `lua/stats.lua` at one instant of the server clock, per
 partition, then added up over a type's partitions):
 
-- **pending**: events not yet settled (the `events` hash): waiting for their due time, due,
-  ready, in flight, or waiting for a retry. The other queue numbers are parts of it.
+- **pending**: events not yet settled (the `events` hash). Each pending event is in exactly
+  one of: due now, ready, in flight, or waiting for its due time (first attempt or retry);
+  so pending minus the next three is how many wait for their time.
 - **due now**: pending events whose due time has passed but which no dispatcher has moved to
   the ready list yet (schedule score <= server now). Includes events whose worker was lost:
   their pre-scheduled retry came due.
-- **ready**: envelopes in the ready list, waiting for a consumer with a free handler slot.
-  Stale copies (of events cancelled, replaced or re-dispatched since) are counted too; the
-  consumer drops them when it claims them.
+- **ready**: dispatched events whose delivery waits in the ready list for a consumer with a
+  free handler slot. Stale copies in the list (of events cancelled, replaced or re-dispatched
+  since, which consumers drop) are not counted.
 - **in flight**: events taken by a consumer whose attempt has no outcome yet: dispatched (the
   stored envelope carries `due_at`, which a failed attempt removes), not due again, and not
   in the ready list. A handler that runs, or a worker that died while running one and whose
@@ -18,7 +19,7 @@ partition, then added up over a type's partitions):
 - **dead**: dead letters.
 - **oldest overdue**: how long, in seconds, the most overdue event has been waiting for a
   dispatcher or a consumer: server now minus the earliest due time in the schedule (if it has
-  passed) or minus the `due_at` of the oldest envelope in the ready list. 0 when nothing waits.
+  passed) or minus the `due_at` of the oldest ready event. 0 when nothing waits.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ async def _read_partition(client: RedisClient, keys: QueueKeys, counts: _Counts)
     script_keys = [keys.schedule, keys.events, keys.ready, keys.dead_letters]
     reply = [int(value) for value in await STATS.run(client, script_keys, ["0", SCAN_CHUNK])]
     now, cursor, dispatched = reply[0], reply[1], reply[2]
-    pending, due_now, ready, ready_dispatched, dead, earliest_due, ready_head_due = reply[3:]
+    pending, due_now, ready, dead, earliest_due, ready_head_due = reply[3:]
     while cursor != 0:
         chunk = await STATS.run(client, script_keys, [str(cursor), SCAN_CHUNK])
         cursor, dispatched = int(chunk[1]), dispatched + int(chunk[2])
@@ -143,7 +144,7 @@ async def _read_partition(client: RedisClient, keys: QueueKeys, counts: _Counts)
     counts.due_now += due_now
     counts.ready += ready
     # The chunks after the first see a slightly later queue; never report less than nothing.
-    counts.in_flight += max(0, dispatched - ready_dispatched)
+    counts.in_flight += max(0, dispatched - ready)
     counts.dead += dead
     for due in (earliest_due, ready_head_due):
         if due >= 0:

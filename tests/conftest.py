@@ -1,4 +1,11 @@
-"""Fixtures that start real servers on free ports and clean up what they made."""
+"""Fixtures that start real servers on free ports and clean up what they made.
+
+`redis_url`, `redis_client` and `service_builder` serve one of two backends, chosen by the
+`redis_backend` fixture: the session's standalone server ("standalone"), or the session's
+3-master Redis Cluster ("cluster"). A test runs on the standalone server unless it (or its
+module) is marked `@pytest.mark.backends("standalone", "cluster")`, which runs it once per
+backend, with test ids ending in [standalone] and [cluster].
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,34 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
+from aioqueue._client import RedisClient, client_from_url
+from aioqueue._embedded_cluster import EmbeddedCluster
 from aioqueue._embedded_server import EmbeddedServer
 
 ServerFactory = Callable[..., EmbeddedServer]
+
+BACKENDS = ("standalone", "cluster")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        'backends(*names): run the test once per named backend, of "standalone" and '
+        '"cluster" (unmarked: "standalone" only)',
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrizes `redis_backend` for tests marked with `backends(...)`."""
+    marker = metafunc.definition.get_closest_marker("backends")
+    if marker is None or "redis_backend" not in metafunc.fixturenames:
+        return
+    if not marker.args or not set(marker.args) <= set(BACKENDS):
+        raise pytest.UsageError(f"backends() takes names from {BACKENDS}, got {marker.args}")
+    metafunc.parametrize("redis_backend", marker.args, indirect=True)
 
 
 @pytest.fixture(scope="session")
@@ -21,16 +50,41 @@ def redis_server() -> Iterator[EmbeddedServer]:
         yield server
 
 
-@pytest.fixture
-def redis_url(redis_server: EmbeddedServer) -> str:
-    return redis_server.url
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[EmbeddedCluster]:
+    """One 3-master cluster (no replicas) shared by the whole session, started on first use."""
+    with EmbeddedCluster(masters=3) as cluster:
+        yield cluster
 
 
 @pytest.fixture
-async def redis_client(redis_url: str) -> AsyncIterator[redis.Redis]:
-    """A client on the session server, whose data is flushed before the test."""
-    client = redis.Redis.from_url(redis_url)
-    await client.flushall()
+def redis_backend(request: pytest.FixtureRequest) -> str:
+    """Which server this run of the test uses: "standalone" (the default) or "cluster"."""
+    backend: str = getattr(request, "param", "standalone")
+    return backend
+
+
+@pytest.fixture
+def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
+    """The session server's `redis://` URL, or the session cluster's `redis+cluster://` one."""
+    if redis_backend == "cluster":
+        cluster: EmbeddedCluster = request.getfixturevalue("redis_cluster")
+        return cluster.url
+    server: EmbeddedServer = request.getfixturevalue("redis_server")
+    return server.url
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[RedisClient]:
+    """A client of the session server or cluster, whose data is flushed before the test."""
+    client = client_from_url(redis_url)
+    if isinstance(client, RedisCluster):
+        # Concurrent first commands on a cluster client that has not loaded its slot map
+        # yet can run twice: load it before the test starts any.
+        await client.initialize()
+        await client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    else:
+        await client.flushall()
     yield client
     await client.aclose()
 
@@ -53,8 +107,8 @@ def server_factory() -> Iterator[ServerFactory]:
 
 
 @pytest.fixture
-def service_builder(redis_client: redis.Redis) -> Callable[[], EventServiceBuilder]:
-    """Builders on the (flushed) session server with settings that keep tests fast."""
+def service_builder(redis_client: RedisClient) -> Callable[[], EventServiceBuilder]:
+    """Builders on the (flushed) session server or cluster with settings that keep tests fast."""
 
     def make() -> EventServiceBuilder:
         return (
@@ -68,3 +122,6 @@ def service_builder(redis_client: redis.Redis) -> Callable[[], EventServiceBuild
         )
 
     return make
+
+
+pytest_plugins = ["tests.spark_fixtures"]

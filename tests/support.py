@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from aioqueue import Event, event_context
+from aioqueue._client import RedisClient
 
 
 @dataclass
@@ -61,6 +62,11 @@ class Recorder:
 def queue_key(event_type: str, part: str, prefix: str = "aioqueue") -> str:
     """A key as docs/wire-format.md spells it, e.g. `aioqueue:{PaymentCheck}:ready`."""
     return f"{prefix}:{{{event_type}}}:{part}"
+
+
+async def all_keys(client: RedisClient) -> list[bytes]:
+    """Every key of the server, or of every master of a cluster (where KEYS asks one node)."""
+    return [key async for key in client.scan_iter()]
 
 
 async def wait_until(condition: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:

@@ -13,6 +13,8 @@ from aioqueue import EventServiceBuilder, InvalidEnqueueError
 from aioqueue._keys import QueueLayout
 from tests.support import OrderTimeout, PaymentCheck, Recorder
 
+pytestmark = pytest.mark.backends("standalone", "cluster")
+
 Builder = Callable[[], EventServiceBuilder]
 
 

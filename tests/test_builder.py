@@ -6,7 +6,6 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-import redis.asyncio as redis
 
 from aioqueue import (
     ConfigurationError,
@@ -16,6 +15,7 @@ from aioqueue import (
     JsonSerializer,
     NoMetrics,
 )
+from aioqueue._client import client_from_url
 
 
 def test_defaults_are_documented_values() -> None:
@@ -92,8 +92,9 @@ def test_retry_policies_validate_and_compute_delays() -> None:
         ExponentialBackoff(base=10, cap=1)
 
 
+@pytest.mark.backends("standalone", "cluster")
 async def test_service_closes_only_the_client_it_created(redis_url: str) -> None:
-    caller_client = redis.Redis.from_url(redis_url)
+    caller_client = client_from_url(redis_url)
     async with EventService.builder().client(caller_client).build():
         pass
     assert await caller_client.ping() is True

@@ -80,6 +80,7 @@ async def read_line(process: Process, log: pathlib.Path, within: float = 10.0) -
     return line.decode()
 
 
+@pytest.mark.backends("standalone", "cluster")
 async def test_worker_killed_mid_handler_loses_nothing(
     redis_client: redis.Redis,
     redis_url: str,

@@ -11,10 +11,12 @@ from typing import Literal
 import anyio
 import orjson
 import pytest
-import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder, FixedDelays
+from aioqueue._client import RedisClient
 from tests.support import PaymentCheck, Recorder, queue_key, wait_until
+
+pytestmark = pytest.mark.backends("standalone", "cluster")
 
 Builder = Callable[[], EventServiceBuilder]
 Failure = Literal["returns-false", "raises", "times-out"]
@@ -47,14 +49,14 @@ def flaky_handler(
     return check_payment
 
 
-def dead_letter_count(client: redis.Redis, count: int) -> Callable[[], Awaitable[bool]]:
+def dead_letter_count(client: RedisClient, count: int) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return await client.hlen(DEAD_LETTERS) == count
 
     return check
 
 
-async def nothing_pending(client: redis.Redis) -> bool:
+async def nothing_pending(client: RedisClient) -> bool:
     return await client.hlen(EVENTS) == 0 and await client.zcard(SCHEDULE) == 0
 
 
@@ -67,7 +69,7 @@ async def nothing_pending(client: redis.Redis) -> bool:
     ],
 )
 async def test_failures_are_retried_then_dead_lettered_and_requeue_revives_them(
-    service_builder: Builder, redis_client: redis.Redis, how: Failure, error: str
+    service_builder: Builder, redis_client: RedisClient, how: Failure, error: str
 ) -> None:
     """Each way of failing must schedule the retry its policy says, bury the event after the
     last attempt with the error text, and a requeued event must get fresh attempts."""
@@ -124,7 +126,7 @@ def envelope(event_id: str, **changes: object) -> str:
 
 
 async def test_malformed_events_are_dead_lettered_and_the_consumer_goes_on(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """Unusable envelopes and payloads must end in the dead letters with the reason, and must
     neither reach the handler nor stop it from getting the next good event."""

@@ -20,9 +20,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from aioqueue import Event, EventServiceBuilder, ServiceState
+from aioqueue._client import RedisClient
 from aioqueue._envelope import text
 from tests.conftest import ServerFactory
-from tests.support import PaymentCheck, Recorder, queue_key, wait_until
+from tests.support import PaymentCheck, Recorder, all_keys, queue_key, wait_until
+
+pytestmark = pytest.mark.backends("standalone", "cluster")
 
 Builder = Callable[[], EventServiceBuilder]
 
@@ -58,31 +61,31 @@ class Gate:
         self.opened.set()
 
 
-async def server_time_ms(client: redis.Redis) -> int:
+async def server_time_ms(client: RedisClient) -> int:
     seconds, microseconds = await client.time()
     return int(seconds) * 1000 + int(microseconds) // 1000
 
 
-async def due_ms(client: redis.Redis, event_id: str) -> float:
+async def due_ms(client: RedisClient, event_id: str) -> float:
     """The schedule score of a pending PaymentCheck: when its next attempt is due."""
     score = await client.zscore(SCHEDULE, event_id)
     assert score is not None, f"{event_id} is not scheduled"
     return score
 
 
-async def stored_envelope(client: redis.Redis, event_id: str) -> dict[str, Any]:
+async def stored_envelope(client: RedisClient, event_id: str) -> dict[str, Any]:
     raw = await client.hget(EVENTS, event_id)
     assert raw is not None, f"{event_id} is not pending"
     envelope: dict[str, Any] = orjson.loads(raw)
     return envelope
 
 
-async def ready_ids(client: redis.Redis) -> list[str]:
+async def ready_ids(client: RedisClient) -> list[str]:
     """Ids of the PaymentCheck envelopes waiting in the ready list, head first."""
     return [orjson.loads(raw)["id"] for raw in await client.lrange(READY, 0, -1)]
 
 
-def drained(client: redis.Redis) -> Callable[[], Awaitable[bool]]:
+def drained(client: RedisClient) -> Callable[[], Awaitable[bool]]:
     """True once PaymentCheck has nothing pending: every delivery was settled."""
 
     async def check() -> bool:
@@ -101,7 +104,7 @@ def idle_and_blocked(client: redis.Redis) -> Callable[[], Awaitable[bool]]:
     return check
 
 
-def ready_list_holds(client: redis.Redis, ids: list[str]) -> Callable[[], Awaitable[bool]]:
+def ready_list_holds(client: RedisClient, ids: list[str]) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return sorted(await ready_ids(client)) == sorted(ids)
 
@@ -109,7 +112,7 @@ def ready_list_holds(client: redis.Redis, ids: list[str]) -> Callable[[], Awaita
 
 
 async def test_enqueue_keeps_a_pending_event_unless_replace_is_given(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """A duplicate enqueue must not touch the pending event; replace= swaps payload and due time."""
     handler = Recorder()
@@ -137,7 +140,7 @@ async def test_enqueue_keeps_a_pending_event_unless_replace_is_given(
 
 
 async def test_replacing_an_event_already_in_the_ready_list_delivers_only_the_new_version(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """The stale copy of a replaced event left in the ready list must never reach a handler."""
     gate = Gate()
@@ -163,7 +166,7 @@ async def test_replacing_an_event_already_in_the_ready_list_delivers_only_the_ne
 @pytest.mark.parametrize("skew", [3600.0, -3600.0], ids=["clock-ahead", "clock-behind"])
 async def test_due_times_follow_the_server_clock_not_the_local_one(
     service_builder: Builder,
-    redis_client: redis.Redis,
+    redis_client: RedisClient,
     monkeypatch: pytest.MonkeyPatch,
     skew: float,
 ) -> None:
@@ -192,7 +195,7 @@ async def test_due_times_follow_the_server_clock_not_the_local_one(
 
 
 async def test_services_sharing_a_queue_deliver_each_event_exactly_once(
-    service_builder: Builder, redis_url: str, redis_client: redis.Redis
+    service_builder: Builder, redis_url: str, redis_client: RedisClient
 ) -> None:
     """Three services dispatching and consuming one queue at once must never double-deliver."""
     recorder = Recorder()
@@ -222,7 +225,7 @@ async def test_services_sharing_a_queue_deliver_each_event_exactly_once(
 
 
 async def test_a_failing_dispatch_is_logged_and_retried(
-    service_builder: Builder, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+    service_builder: Builder, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A Redis error in a dispatch pass must not end the dispatcher: it logs, retries, recovers."""
     caplog.set_level(logging.INFO, logger="aioqueue")
@@ -243,6 +246,7 @@ async def test_a_failing_dispatch_is_logged_and_retried(
     assert delivery.event == PaymentCheck(id="p-1", order_id=1)
 
 
+@pytest.mark.backends("standalone")  # it restarts a server of its own
 async def test_delivery_resumes_after_the_server_restarts(
     service_builder: Builder, server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -278,7 +282,7 @@ async def _logged(caplog: pytest.LogCaptureFixture, level: int, message: str) ->
 
 
 async def test_a_retry_never_overlaps_a_handler_cut_at_its_timeout(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """The next attempt must not start while the previous one may still run (handler timeout)."""
     recorder = Recorder()
@@ -316,7 +320,7 @@ async def test_a_retry_never_overlaps_a_handler_cut_at_its_timeout(
 
 
 async def test_a_consumer_takes_no_more_events_than_it_has_free_slots(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """With 2 busy slots, the other 18 due events must stay in Redis, not in this process."""
     gate = Gate()
@@ -346,7 +350,7 @@ async def test_a_consumer_takes_no_more_events_than_it_has_free_slots(
 
 
 async def test_success_deletes_only_the_version_that_was_delivered(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """Acknowledging the old version must not delete a replacement enqueued while it ran."""
     gate = Gate()
@@ -366,7 +370,7 @@ async def test_success_deletes_only_the_version_that_was_delivered(
 
 
 async def test_cancel_removes_a_pending_event(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """A cancelled event must leave Redis and never be delivered; unknown ids give False."""
     handler = Recorder()
@@ -386,7 +390,7 @@ async def test_cancel_removes_a_pending_event(
 
 
 async def test_cancel_drops_an_event_already_waiting_in_the_ready_list(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """An event dispatched but not yet claimed must not reach a handler once cancel returns."""
     gate = Gate()
@@ -406,7 +410,7 @@ async def test_cancel_drops_an_event_already_waiting_in_the_ready_list(
 
 
 async def test_cancel_during_a_failing_handler_leaves_no_retry(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """A failure recorded after cancel() must not bring the cancelled event back."""
     recorder = Recorder()
@@ -446,7 +450,7 @@ class Reminder(Event):
 
 
 async def test_pydantic_models_and_custom_wire_names_are_delivered(
-    service_builder: Builder, redis_client: redis.Redis
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """A pydantic event must round-trip; `__event_type__` must name the keys, not the class."""
     invoices, reminders = Recorder(), Recorder()
@@ -460,7 +464,7 @@ async def test_pydantic_models_and_custom_wire_names_are_delivered(
         await service.enqueue(Reminder(id="r-1", text="pay"), 0.2)
         # Wake lists come and go as dispatchers consume their tokens; the rest is stable.
         keys = sorted(
-            text(key) for key in await redis_client.keys("*") if not text(key).endswith(":wake")
+            text(key) for key in await all_keys(redis_client) if not text(key).endswith(":wake")
         )
         [invoice_delivery] = await invoices.wait_for(1)
         [reminder_delivery] = await reminders.wait_for(1)

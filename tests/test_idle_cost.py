@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 import anyio
+import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventService, EventServiceBuilder
@@ -68,6 +69,7 @@ async def test_idle_service_sends_few_commands(server_factory: ServerFactory) ->
     assert calls.get("lpop", 0) <= calls["blmove"] + 1, calls
 
 
+@pytest.mark.backends("standalone", "cluster")
 async def test_dispatcher_sleeps_until_the_earliest_due_time(
     service_builder: Callable[[], EventServiceBuilder],
 ) -> None:

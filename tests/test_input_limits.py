@@ -12,6 +12,8 @@ import redis.asyncio as redis
 from aioqueue import EventServiceBuilder, InvalidEnqueueError, PayloadTooLargeError
 from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until
 
+pytestmark = pytest.mark.backends("standalone", "cluster")
+
 Builder = Callable[[], EventServiceBuilder]
 
 

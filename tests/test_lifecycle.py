@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import cast
 
 import anyio
 import pytest
-import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import (
     Event,
@@ -16,14 +17,17 @@ from aioqueue import (
     ServiceState,
     ServiceStateError,
 )
+from aioqueue._client import RedisClient, client_from_url
 from aioqueue._envelope import Envelope
 from aioqueue._keys import QueueKeys
 from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until
 
+pytestmark = pytest.mark.backends("standalone", "cluster")
+
 KEYS = QueueKeys.for_type("aioqueue", "PaymentCheck")
 
 
-async def pending_envelope(client: redis.Redis, event_id: str) -> Envelope | None:
+async def pending_envelope(client: RedisClient, event_id: str) -> Envelope | None:
     """The stored envelope of a pending PaymentCheck, None when it is gone."""
     raw = await client.hget(KEYS.events, event_id)
     return (
@@ -31,34 +35,60 @@ async def pending_envelope(client: redis.Redis, event_id: str) -> Envelope | Non
     )
 
 
-async def server_time_ms(client: redis.Redis) -> int:
+async def server_time_ms(client: RedisClient) -> int:
     """Now on the server's clock, the one every due time is on."""
     seconds, microseconds = await client.time()
     return seconds * 1000 + microseconds // 1000
 
 
-async def ready_length_is(client: redis.Redis, length: int) -> bool:
+async def ready_length_is(client: RedisClient, length: int) -> bool:
     return int(await client.llen(KEYS.ready)) == length
 
 
-async def is_gone(client: redis.Redis, event_id: str) -> bool:
+async def is_gone(client: RedisClient, event_id: str) -> bool:
     return not await client.hexists(KEYS.events, event_id)
 
 
-async def all_gone(client: redis.Redis) -> bool:
+async def all_gone(client: RedisClient) -> bool:
     return not await client.hlen(KEYS.events)
 
 
-async def connections_named(client: redis.Redis, name: str) -> set[str]:
-    """Ids of the server's connections that carry `name` (redis-py names each connection)."""
-    return {entry["id"] for entry in await client.client_list() if entry["name"] == name}
+Connection = tuple[str, str]
+"""(node address, connection id): a server numbers only its own connections. The address is
+empty on a standalone server."""
+
+
+async def connections_named(client: RedisClient, name: str) -> set[Connection]:
+    """The connections, on every node, that carry `name` (redis-py names each connection)."""
+    by_node: dict[str, list[dict[str, str]]]
+    if isinstance(client, RedisCluster):
+        # Typed as one node's list; sent to several nodes, the reply is a list per node.
+        by_node = cast(
+            "dict[str, list[dict[str, str]]]",
+            await client.client_list(target_nodes=RedisCluster.ALL_NODES),
+        )
+    else:
+        by_node = {"": await client.client_list()}
+    return {
+        (node, entry["id"])
+        for node, entries in by_node.items()
+        for entry in entries
+        if entry["name"] == name
+    }
+
+
+async def connection_used(client: RedisClient, node: str) -> Connection:
+    """The connection `client` takes from its pool for a command to `node`."""
+    if isinstance(client, RedisCluster):
+        return node, str(await client.client_id(target_nodes=client.get_node(node_name=node)))
+    return node, str(await client.client_id())
 
 
 # -- shutdown ----------------------------------------------------------------------------------
 
 
 async def test_exit_lets_a_running_handler_finish_and_acknowledges_it(
-    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """Leaving `async with` waits for a running handler, and its True is acknowledged."""
     started = anyio.Event()
@@ -87,7 +117,7 @@ async def test_exit_lets_a_running_handler_finish_and_acknowledges_it(
 
 
 async def test_handler_outliving_the_grace_is_cancelled_and_its_event_kept(
-    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """A handler still running after `shutdown_grace` is cancelled on time, and its event is
     delivered again later instead of being lost."""
@@ -131,7 +161,7 @@ async def test_handler_outliving_the_grace_is_cancelled_and_its_event_kept(
 
 
 async def test_no_event_is_taken_once_shutdown_started(
-    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """While the exit waits for a running handler, neither the dispatcher nor the consumer
     takes anything: an event already in the ready list stays there even when the handler
@@ -176,11 +206,11 @@ async def test_no_event_is_taken_once_shutdown_started(
 
 
 async def test_service_leaves_a_client_it_was_given_open(
-    redis_client: redis.Redis, redis_url: str, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, redis_url: str, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """With `.client(c)`, exiting the service does not close the caller's connections."""
     handler = Recorder()
-    async with redis.Redis.from_url(redis_url, client_name="caller-owned") as caller_client:
+    async with client_from_url(f"{redis_url}?client_name=caller-owned") as caller_client:
         async with service_builder().client(caller_client).build() as service:
             service.add_handler(PaymentCheck, handler)
             await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
@@ -191,20 +221,20 @@ async def test_service_leaves_a_client_it_was_given_open(
         # The connection that sat in BLMOVE was dropped by its cancellation, but the pool's
         # idle connections are still the ones from before: commands issued side by side reuse
         # them. Had the service closed the client, every one of them would be a new connection.
-        ids_after_exit: set[str] = set()
+        used_after_exit: set[Connection] = set()
 
-        async def connection_id() -> None:
-            ids_after_exit.add(str(await caller_client.client_id()))
+        async def use_connection(node: str) -> None:
+            used_after_exit.add(await connection_used(caller_client, node))
 
         async with anyio.create_task_group() as tasks:
-            for _ in range(len(before_exit)):
-                tasks.start_soon(connection_id)
-        assert ids_after_exit & before_exit
+            for node, _ in before_exit:
+                tasks.start_soon(use_connection, node)
+        assert used_after_exit & before_exit
         assert await caller_client.ping() is True
 
 
 async def test_service_closes_the_client_it_opened(
-    redis_client: redis.Redis, redis_url: str, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, redis_url: str, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """With `.url(...)`, exiting the service closes every connection it opened."""
     handler = Recorder()
@@ -271,7 +301,7 @@ async def test_handler_added_while_running_gets_events(
 
 
 async def test_removed_handler_gets_no_more_events(
-    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """After remove_handler the running handler finishes and is acknowledged, but nothing
     more reaches it: an event already in the ready list stays there though the slot is free,
@@ -323,7 +353,7 @@ async def test_removed_handler_gets_no_more_events(
 
 
 async def test_producer_only_service_enqueues_for_another_service(
-    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """A service with scheduling disabled and no handler enqueues; another one delivers."""
     handler = Recorder()
@@ -338,7 +368,7 @@ async def test_producer_only_service_enqueues_for_another_service(
 
 
 async def test_consumer_only_service_needs_a_dispatching_service(
-    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """A service with scheduling disabled delivers nothing by itself; once another service
     dispatches, its consumer handles the events."""

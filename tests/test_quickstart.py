@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
+
 from aioqueue import EventServiceBuilder
 from tests.support import PaymentCheck, Recorder
+
+pytestmark = pytest.mark.backends("standalone", "cluster")
 
 
 async def test_event_reaches_its_handler_with_payload_and_context(

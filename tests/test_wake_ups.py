@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import redis.asyncio as redis
+import pytest
 
 from aioqueue import EventService, EventServiceBuilder
+from aioqueue._client import client_from_url
 from tests.support import PaymentCheck, Recorder
+
+pytestmark = pytest.mark.backends("standalone", "cluster")
 
 Builder = Callable[[], EventServiceBuilder]
 
@@ -22,7 +25,7 @@ async def test_an_enqueue_from_another_process_wakes_a_sleeping_dispatcher(
     only the queue's wake list can tell the sleeping dispatcher.
     """
     handler = Recorder()
-    producer_client = redis.Redis.from_url(redis_url)
+    producer_client = client_from_url(redis_url)
     producer = EventService.builder().client(producer_client).enable_scheduling(False).build()
     worker = service_builder().scheduling_interval(5).build()
     async with worker:

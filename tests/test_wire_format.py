@@ -6,12 +6,14 @@ from collections.abc import Callable
 
 import orjson
 import pytest
-import redis.asyncio as redis
 from redis.exceptions import ResponseError
 
 from aioqueue import EventServiceBuilder
+from aioqueue._client import RedisClient
 from aioqueue._scripts import script_source
 from tests.support import PaymentCheck, Recorder
+
+pytestmark = pytest.mark.backends("standalone", "cluster")
 
 SCHEDULE = "aioqueue:{PaymentCheck}:schedule"
 EVENTS = "aioqueue:{PaymentCheck}:events"
@@ -19,7 +21,7 @@ SEQUENCE = "aioqueue:{PaymentCheck}:sequence"
 
 
 async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
-    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """The documented EVAL call (no library code on the producer side) schedules events."""
     replies = await redis_client.eval(
@@ -51,7 +53,7 @@ async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
 
 
 async def test_keys_written_directly_in_one_multi_are_delivered(
-    redis_client: redis.Redis, service_builder: Callable[[], EventServiceBuilder]
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """The documented direct write (HSETNX envelope + ZADD due) is a valid event too."""
     version = await redis_client.incr(SEQUENCE)
@@ -77,7 +79,7 @@ async def test_keys_written_directly_in_one_multi_are_delivered(
 
 
 async def test_the_enqueue_script_refuses_a_type_that_does_not_own_the_keys(
-    redis_client: redis.Redis,
+    redis_client: RedisClient,
 ) -> None:
     """A producer naming one type cannot write into another type's queue."""
     with pytest.raises(ResponseError, match="does not own key"):

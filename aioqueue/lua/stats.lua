@@ -7,9 +7,11 @@
 -- An event is *dispatched* while its stored envelope has `due_at` (dispatch.lua sets it;
 -- enqueue, fail and requeue leave none) and its schedule entry is not due yet (a due one lost
 -- its worker and waits to be dispatched again, so it counts as due).
+-- Ready are the dispatched events whose current delivery waits in the ready list; stale
+-- copies there (of events cancelled, replaced or re-dispatched since) are not counted.
 -- Returns {server now ms, next cursor, dispatched events in this chunk, pending, due now,
---   ready list length, dispatched events whose envelope is in the ready list, dead letters,
---   earliest due score among due events or -1, due_at of the ready list's head or -1}.
+--   ready, dead letters, earliest due score among due events or -1,
+--   due_at of the oldest ready event or -1}.
 -- The values after the third are only counted when ARGV[1] is '0' (else they are 0 / -1).
 local now = server_time_ms()
 
@@ -22,6 +24,15 @@ local function dispatched(id, raw)
   return score ~= false and tonumber(score) > now
 end
 
+-- Whether a ready list entry is the delivery of the stored envelope: the same text, or (as
+-- dispatch.lua writes it) the stored text with the id put in front.
+local function is_current(id, stored, raw)
+  if not stored then
+    return false
+  end
+  return stored == raw or ('{"id":' .. cjson.encode(id) .. ',' .. string.sub(stored, 2)) == raw
+end
+
 local scan = redis.call('HSCAN', KEYS[2], ARGV[1], 'COUNT', ARGV[2])
 local in_chunk = 0
 local entries = scan[2]
@@ -31,7 +42,7 @@ for i = 1, #entries, 2 do
   end
 end
 
-local pending, due_now, ready_length, ready_current, dead = 0, 0, 0, 0, 0
+local pending, due_now, ready_current, dead = 0, 0, 0, 0
 local earliest_due, ready_head_due = -1, -1
 if ARGV[1] == '0' then
   pending = redis.call('HLEN', KEYS[2])
@@ -41,14 +52,14 @@ if ARGV[1] == '0' then
   if first[2] and tonumber(first[2]) <= now then
     earliest_due = tonumber(first[2])
   end
-  -- The ready list is bounded (two dispatch batches), so reading it whole is cheap. Stale
-  -- copies (of cancelled, replaced or re-dispatched events) are in its length, not here.
+  -- The ready list is bounded (two dispatch batches, plus stale copies), so reading it
+  -- whole is cheap.
   local ready = redis.call('LRANGE', KEYS[3], 0, -1)
-  ready_length = #ready
   for _, raw in ipairs(ready) do
     local ok, envelope = pcall(cjson.decode, raw)
     if ok and type(envelope) == 'table' and type(envelope.id) == 'string' then
-      if redis.call('HGET', KEYS[2], envelope.id) == raw and dispatched(envelope.id, raw) then
+      local stored = redis.call('HGET', KEYS[2], envelope.id)
+      if is_current(envelope.id, stored, raw) and dispatched(envelope.id, stored) then
         ready_current = ready_current + 1
         if ready_head_due < 0 and type(envelope.due_at) == 'number' then
           ready_head_due = envelope.due_at
@@ -57,5 +68,5 @@ if ARGV[1] == '0' then
     end
   end
 end
-return {now, scan[1], in_chunk, pending, due_now, ready_length, ready_current, dead,
-  earliest_due, ready_head_due}
+return {now, scan[1], in_chunk, pending, due_now, ready_current, dead, earliest_due,
+  ready_head_due}

@@ -1,0 +1,170 @@
+"""Operator actions on queues by type NAME, without the event's Python class.
+
+Dead letters are listed, shown, requeued and purged, and pending events cancelled, through
+the same scripts the library runs (requeue.lua, cancel.lua) plus purge.lua, so the wire
+format has one definition. Used by the CLI and the HTTP API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from ._client import RedisClient
+from ._envelope import died_at_from_ms, parse_dead_letter_fields, text
+from ._keys import QueueLayout
+from ._queue import TypeQueue
+from ._scripts import LuaScript
+from ._store import QueueStore, Requeued
+
+__all__ = [
+    "DeadLetterRecord",
+    "cancel_event",
+    "count_dead_letters",
+    "dead_letter_ids",
+    "get_dead_letter",
+    "list_dead_letters",
+    "purge_dead_letters",
+    "requeue_dead_letters",
+]
+
+PURGE = LuaScript("purge")
+# Dead letters one purge.lua call deletes: bounded so a purge never blocks the server long.
+PURGE_CHUNK = 500
+
+Progress = Callable[[int], None]
+"""Called with how many items are done so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRecord:
+    """A dead letter as stored, read without the event's class."""
+
+    event_type: str
+    id: str
+    error: str
+    attempts: int
+    died_at: datetime
+    payload: str | None
+    """The payload's JSON text; None when the envelope itself was unreadable."""
+    context: dict[str, str]
+    raw: str
+    """The stored dead letter, as it is in Redis."""
+
+    @classmethod
+    def parse(cls, event_type: str, raw: bytes | str, died_at_ms: float) -> DeadLetterRecord:
+        fields = parse_dead_letter_fields(raw)
+        payload = fields.get("payload")
+        context = fields.get("context")
+        return cls(
+            event_type=event_type,
+            id=str(fields.get("id", "")),
+            error=str(fields.get("error", "")),
+            attempts=int(fields.get("attempt") or 0),
+            died_at=died_at_from_ms(died_at_ms),
+            payload=payload if isinstance(payload, str) else None,
+            context=context if isinstance(context, dict) else {},
+            raw=text(raw),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.event_type,
+            "id": self.id,
+            "error": self.error,
+            "attempts": self.attempts,
+            "died_at": self.died_at.isoformat(),
+            "payload": self.payload,
+            "context": self.context,
+            "raw": self.raw,
+        }
+
+
+async def list_dead_letters(
+    client: RedisClient, layout: QueueLayout, limit: int = 100
+) -> list[DeadLetterRecord]:
+    """The newest `limit` dead letters of a type, over all its partitions."""
+    if limit < 1:
+        return []
+    entries: list[tuple[bytes | str, float]] = []
+    for store in TypeQueue(client, layout).stores:
+        entries += await store.dead_letter_entries(limit)
+    entries.sort(key=lambda entry: entry[1], reverse=True)
+    return [
+        DeadLetterRecord.parse(layout.event_type, raw, died_at) for raw, died_at in entries[:limit]
+    ]
+
+
+async def get_dead_letter(
+    client: RedisClient, layout: QueueLayout, event_id: str
+) -> DeadLetterRecord | None:
+    keys = layout.keys_for(event_id)
+    raw = await client.hget(keys.dead_letters, event_id)
+    if raw is None:
+        return None
+    died_at = await client.zscore(keys.dead_letter_times, event_id)
+    return DeadLetterRecord.parse(layout.event_type, raw, died_at or 0.0)
+
+
+async def count_dead_letters(client: RedisClient, layout: QueueLayout) -> int:
+    total = 0
+    for keys in layout.all_keys:
+        total += int(await client.hlen(keys.dead_letters))
+    return total
+
+
+async def dead_letter_ids(client: RedisClient, layout: QueueLayout) -> list[str]:
+    """Every dead letter's id, oldest first within each partition (a snapshot)."""
+    ids: list[str] = []
+    for keys in layout.all_keys:
+        members = cast("list[bytes | str]", await client.zrange(keys.dead_letter_times, 0, -1))
+        ids += [text(member) for member in members]
+    return ids
+
+
+async def requeue_dead_letters(
+    client: RedisClient,
+    layout: QueueLayout,
+    event_ids: Iterable[str],
+    progress: Progress | None = None,
+) -> dict[str, Requeued]:
+    """Puts dead letters back, due now, with a fresh attempt count (requeue.lua); returns
+    each id's outcome: requeued, missing, pending (kept both) or unreadable (left dead)."""
+    queue = TypeQueue(client, layout)
+    outcomes: dict[str, Requeued] = {}
+    for event_id in event_ids:
+        outcomes[event_id] = await queue.store_for(event_id).requeue(event_id)
+        if progress is not None:
+            progress(len(outcomes))
+    return outcomes
+
+
+async def purge_dead_letters(
+    client: RedisClient,
+    layout: QueueLayout,
+    event_ids: Sequence[str],
+    progress: Progress | None = None,
+) -> int:
+    """Deletes dead letters for good; returns how many existed."""
+    queue = TypeQueue(client, layout)
+    by_store: dict[int, tuple[QueueStore, list[str]]] = {}
+    for event_id in event_ids:
+        store = queue.store_for(event_id)
+        by_store.setdefault(id(store), (store, []))[1].append(event_id)
+    deleted = done = 0
+    for store, ids in by_store.values():
+        keys = [store.keys.dead_letters, store.keys.dead_letter_times]
+        for start in range(0, len(ids), PURGE_CHUNK):
+            chunk: list[str | int] = list(ids[start : start + PURGE_CHUNK])
+            deleted += int(await PURGE.run(client, keys, chunk))
+            done += len(chunk)
+            if progress is not None:
+                progress(done)
+    return deleted
+
+
+async def cancel_event(client: RedisClient, layout: QueueLayout, event_id: str) -> bool:
+    """Removes a pending event (cancel.lua); False if none with that id was pending."""
+    return await TypeQueue(client, layout).store_for(event_id).cancel(event_id)

@@ -1,0 +1,254 @@
+"""`aioqueue dead list|show|requeue|purge` and `aioqueue cancel`, by type name."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+
+from aioqueue._admin import (
+    DeadLetterRecord,
+    cancel_event,
+    dead_letter_ids,
+    get_dead_letter,
+    list_dead_letters,
+    purge_dead_letters,
+    requeue_dead_letters,
+)
+from aioqueue._client import RedisClient
+from aioqueue._keys import QueueLayout
+from aioqueue._progress import ProgressBar
+from aioqueue._stats import resolve_layouts
+
+from ._common import (
+    CommandError,
+    Commands,
+    add_connection_options,
+    confirm,
+    connect,
+    print_json,
+    print_table,
+)
+
+__all__ = ["add_cancel_command", "add_dead_command"]
+
+# Below this many items a bulk operation finishes at once; a progress bar would only flicker.
+PROGRESS_THRESHOLD = 50
+
+
+def add_dead_command(commands: Commands) -> None:
+    dead = commands.add_parser("dead", help="list, show, requeue or purge dead letters")
+    actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", help="the newest dead letters, with their errors")
+    add_connection_options(listing)
+    listing.add_argument("types", nargs="*", metavar="TYPE", help="only these types")
+    listing.add_argument("--limit", type=int, default=50, help="per type (default 50)")
+    listing.add_argument("--json", action="store_true", help="print only JSON")
+    listing.set_defaults(run=run_list)
+
+    show = actions.add_parser("show", help="one dead letter in full")
+    add_connection_options(show)
+    show.add_argument("type", metavar="TYPE")
+    show.add_argument("id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="print only JSON")
+    show.set_defaults(run=run_show)
+
+    for name, run, help_text in (
+        ("requeue", run_requeue, "put dead letters back, due now, with a fresh attempt count"),
+        ("purge", run_purge, "delete dead letters for good"),
+    ):
+        parser = actions.add_parser(
+            name,
+            help=help_text,
+            description=f"{help_text[0].upper()}{help_text[1:]}: by id (TYPE ID...), every "
+            "dead letter of a type (TYPE --all), or of every type (--all).",
+        )
+        add_connection_options(parser)
+        parser.add_argument("type", nargs="?", metavar="TYPE")
+        parser.add_argument("ids", nargs="*", metavar="ID")
+        parser.add_argument("--all", action="store_true", help="every dead letter (of TYPE)")
+        parser.add_argument("--yes", "-y", action="store_true", help="do not ask to confirm")
+        parser.add_argument("--json", action="store_true", help="print only JSON")
+        parser.set_defaults(run=run)
+
+
+def add_cancel_command(commands: Commands) -> None:
+    cancel = commands.add_parser("cancel", help="remove a pending event by type and id")
+    add_connection_options(cancel)
+    cancel.add_argument("type", metavar="TYPE")
+    cancel.add_argument("id", metavar="ID")
+    cancel.add_argument("--json", action="store_true", help="print only JSON")
+    cancel.set_defaults(run=run_cancel)
+
+
+async def run_list(args: argparse.Namespace) -> int:
+    async with connect(args.url) as client:
+        records: list[DeadLetterRecord] = []
+        for layout in await resolve_layouts(client, args.prefix, args.types):
+            records += await list_dead_letters(client, layout, args.limit)
+    if args.json:
+        print_json([record.to_json() for record in records])
+        return 0
+    if not records:
+        print("no dead letters")
+        return 0
+    rows = [
+        (r.event_type, r.id, r.attempts, f"{r.died_at:%Y-%m-%d %H:%M:%S}", _short(r.error))
+        for r in records
+    ]
+    print_table(("TYPE", "ID", "ATTEMPTS", "DIED AT (UTC)", "ERROR"), rows)
+    return 0
+
+
+async def run_show(args: argparse.Namespace) -> int:
+    async with connect(args.url) as client:
+        [layout] = await resolve_layouts(client, args.prefix, [args.type])
+        record = await get_dead_letter(client, layout, args.id)
+    if record is None:
+        raise CommandError(f"no dead letter {args.type} {args.id!r} under prefix {args.prefix!r}")
+    if args.json:
+        print_json(record.to_json())
+        return 0
+    for name, value in (
+        ("type", record.event_type),
+        ("id", record.id),
+        ("attempts", record.attempts),
+        ("died at", f"{record.died_at.isoformat()}"),
+        ("error", record.error),
+        ("payload", record.payload if record.payload is not None else "(unreadable envelope)"),
+        ("context", record.context),
+    ):
+        print(f"{name + ':':<10}{value}")
+    if record.payload is None:
+        print(f"{'raw:':<10}{record.raw}")
+    return 0
+
+
+async def _targets(
+    client: RedisClient, args: argparse.Namespace
+) -> list[tuple[QueueLayout, list[str]]]:
+    """The dead letters a requeue or purge is about: by id, by type, or all."""
+    if args.ids and args.all:
+        raise CommandError("give ids or --all, not both")
+    if args.type is None and not args.all:
+        raise CommandError("say which: TYPE ID..., TYPE --all, or --all for every type")
+    if args.type is not None and not args.ids and not args.all:
+        raise CommandError(f"give the ids of the {args.type} dead letters, or --all")
+    if args.ids:
+        [layout] = await resolve_layouts(client, args.prefix, [args.type])
+        return [(layout, list(args.ids))]
+    types = [args.type] if args.type is not None else []
+    return [
+        (layout, await dead_letter_ids(client, layout))
+        for layout in await resolve_layouts(client, args.prefix, types)
+    ]
+
+
+async def run_requeue(args: argparse.Namespace) -> int:
+    async with connect(args.url) as client:
+        targets = await _targets(client, args)
+        total = sum(len(ids) for _, ids in targets)
+        # One named dead letter is undone as easily as it is done; many are not.
+        if total > 1 and not confirm(
+            f"Requeue {total} dead letters{_where(targets)}?", assume_yes=args.yes
+        ):
+            return 1
+        outcomes: Counter[str] = Counter()
+        with _Progress(total, "requeued", quiet=args.json) as progress:
+            for layout, ids in targets:
+                results = await requeue_dead_letters(client, layout, ids, progress.batch())
+                outcomes.update(results.values())
+                if not args.json:
+                    _explain_requeue(layout.event_type, results)
+    if args.json:
+        print_json({outcome: outcomes[outcome] for outcome in _REQUEUE_ORDER})
+    else:
+        print(", ".join(f"{outcomes[o]} {o}" for o in _REQUEUE_ORDER if outcomes[o]) or "nothing")
+    return 0 if outcomes["requeued"] == total else 1
+
+
+_REQUEUE_ORDER = ("requeued", "missing", "pending", "unreadable")
+
+
+def _explain_requeue(event_type: str, results: Mapping[str, str]) -> None:
+    reasons = {
+        "missing": "no such dead letter",
+        "pending": "an event with that id is pending; both kept",
+        "unreadable": "its envelope is unreadable; it stays dead",
+    }
+    for event_id, outcome in results.items():
+        if outcome in reasons:
+            print(f"{event_type} {event_id!r}: {reasons[outcome]}", file=sys.stderr)
+
+
+async def run_purge(args: argparse.Namespace) -> int:
+    async with connect(args.url) as client:
+        targets = await _targets(client, args)
+        total = sum(len(ids) for _, ids in targets)
+        if total and not confirm(
+            f"Delete {total} dead letters{_where(targets)} for good?", assume_yes=args.yes
+        ):
+            return 1
+        deleted = 0
+        with _Progress(total, "purged", quiet=args.json) as progress:
+            for layout, ids in targets:
+                deleted += await purge_dead_letters(client, layout, ids, progress.batch())
+    if args.json:
+        print_json({"purged": deleted})
+    else:
+        print(f"{deleted} dead letters purged")
+    return 0
+
+
+async def run_cancel(args: argparse.Namespace) -> int:
+    async with connect(args.url) as client:
+        [layout] = await resolve_layouts(client, args.prefix, [args.type])
+        cancelled = await cancel_event(client, layout, args.id)
+    if args.json:
+        print_json({"cancelled": cancelled})
+    elif cancelled:
+        print(f"cancelled {args.type} {args.id!r}")
+    else:
+        print(f"no pending {args.type} {args.id!r}", file=sys.stderr)
+    return 0 if cancelled else 1
+
+
+def _where(targets: Sequence[tuple[QueueLayout, list[str]]]) -> str:
+    types = [layout.event_type for layout, ids in targets if ids]
+    return f" of {', '.join(types)}" if types else ""
+
+
+def _short(error: str, width: int = 70) -> str:
+    line = error.splitlines()[0] if error else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class _Progress:
+    """A progress bar on stderr across the types of one bulk operation."""
+
+    def __init__(self, total: int, label: str, *, quiet: bool) -> None:
+        show = not quiet and total >= PROGRESS_THRESHOLD
+        self._bar = ProgressBar(total, sys.stderr, label) if show else None
+        self._done_before = 0
+        self._current = 0
+
+    def batch(self) -> Callable[[int], None]:
+        """A progress callback for the next type, whose count starts from zero."""
+        self._done_before += self._current
+        self._current = 0
+
+        def advance(done: int) -> None:
+            self._current = done
+            if self._bar is not None:
+                self._bar.show(self._done_before + done)
+
+        return advance
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()

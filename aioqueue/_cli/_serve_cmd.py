@@ -1,0 +1,49 @@
+"""`aioqueue serve`: the HTTP API and dashboard, on uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from aioqueue._cli._common import CommandError, Commands, add_connection_options
+
+__all__ = ["add_serve_command"]
+
+
+def add_serve_command(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "serve",
+        help="HTTP API (POST /events, GET /stats, dead letters) and a dashboard at /",
+        description="Serves the JSON API and the dashboard (needs `pip install "
+        "'aioqueue[http]'`). With a token, API calls need `Authorization: Bearer <token>`.",
+    )
+    add_connection_options(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("AIOQUEUE_TOKEN"),
+        help="bearer token the API requires (env AIOQUEUE_TOKEN; default: none)",
+    )
+    parser.add_argument(
+        "--max-body", type=int, default=1024 * 1024, help="largest request body, bytes (1 MiB)"
+    )
+    parser.add_argument("--log-level", default="info", help="uvicorn's log level (default info)")
+    parser.set_defaults(run=run_serve)
+
+
+async def run_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from aioqueue.http import create_app
+    except ImportError as exc:
+        raise CommandError(f"{exc}; serve needs: pip install 'aioqueue[http]'") from exc
+    app = create_app(
+        url=args.url, prefix=args.prefix, token=args.token, max_body_bytes=args.max_body
+    )
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.log_level.lower(), lifespan="on"
+    )
+    await uvicorn.Server(config).serve()
+    return 0

@@ -1,0 +1,112 @@
+"""`aioqueue worker module:factory`: runs a service until SIGINT or SIGTERM.
+
+This is the one place that handles signals: the library never takes over the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from aioqueue._service import EventService
+
+from ._common import CommandError, Commands, add_connection_options
+
+__all__ = ["add_worker_command", "load_factory"]
+
+logger = logging.getLogger("aioqueue.worker")
+
+
+def add_worker_command(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "worker",
+        help="run a service from your factory until SIGINT/SIGTERM, then shut down gracefully",
+        description="Imports FACTORY (module:callable), calls it to get an EventService with "
+        "its handlers added, and runs it. A factory that takes `url` and `prefix` parameters "
+        "gets --url and --prefix. The first SIGINT or SIGTERM stops taking events and lets "
+        "running handlers finish within the service's shutdown grace; a second one cancels "
+        "them at once.",
+    )
+    add_connection_options(parser)
+    parser.add_argument("factory", metavar="FACTORY", help="module:callable, e.g. app.jobs:service")
+    parser.add_argument(
+        "--app-dir", default=".", help="directory to import the module from (default: current)"
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.set_defaults(run=run_worker)
+
+
+def load_factory(spec: str, app_dir: str = ".") -> Callable[..., Any]:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise CommandError(f"FACTORY must look like module:callable, got {spec!r}")
+    path = os.path.abspath(app_dir)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CommandError(f"cannot import {module_name!r}: {exc}") from exc
+    for name in attribute.split("."):
+        try:
+            target = getattr(target, name)
+        except AttributeError as exc:
+            raise CommandError(f"{module_name!r} has no attribute {attribute!r}") from exc
+    if not callable(target):
+        raise CommandError(f"{spec} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+async def make_service(factory: Callable[..., Any], url: str, prefix: str) -> EventService:
+    """Calls the factory (sync or async), passing url/prefix if it takes them."""
+    parameters = inspect.signature(factory).parameters
+    offered = {"url": url, "prefix": prefix}
+    result = factory(**{name: value for name, value in offered.items() if name in parameters})
+    if inspect.isawaitable(result):
+        result = await result
+    if not isinstance(result, EventService):
+        raise CommandError(f"the factory returned {type(result).__name__}, not an EventService")
+    return result
+
+
+async def run_worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    service = await make_service(load_factory(args.factory, args.app_dir), args.url, args.prefix)
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as watchers:
+            stopping = anyio.Event()
+            running = anyio.CancelScope()
+
+            async def watch_signals() -> None:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if not stopping.is_set():
+                        logger.info(
+                            "%s: stopping; running handlers get up to %g s (again to force)",
+                            name,
+                            service.config.shutdown_grace,
+                        )
+                        stopping.set()
+                    else:
+                        logger.warning("%s again: cancelling running handlers now", name)
+                        running.cancel()
+
+            watchers.start_soon(watch_signals)
+            with running:
+                async with service:
+                    logger.info("worker started: %r (pid %d)", service, os.getpid())
+                    await stopping.wait()
+            watchers.cancel_scope.cancel()
+    logger.info("worker stopped%s", "" if not running.cancel_called else " (forced)")
+    return 0

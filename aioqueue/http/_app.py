@@ -1,0 +1,198 @@
+"""The ASGI app behind `aioqueue serve`: a JSON API and a dashboard page at `/`."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from aioqueue._admin import (
+    DeadLetterRecord,
+    get_dead_letter,
+    list_dead_letters,
+    requeue_dead_letters,
+)
+from aioqueue._client import RedisClient, client_from_url
+from aioqueue._keys import validate_prefix
+from aioqueue._stats import read_stats, resolve_layouts
+
+from ._events import EnqueueRequest, RequestError, enqueue
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+# Dead letters one listing returns at most, whatever `limit` asks for.
+MAX_LISTING = 1000
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def create_app(
+    *,
+    url: str | None = None,
+    client: RedisClient | None = None,
+    prefix: str = "aioqueue",
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> Starlette:
+    """The app for one prefix on one server: give `url` (the app connects and closes the
+    client) or `client` (yours, never closed). With `token`, every API call needs
+    `Authorization: Bearer <token>`; the dashboard page asks for it."""
+    if (url is None) == (client is None):
+        raise ValueError("give exactly one of url and client")
+    validate_prefix(prefix)
+    state = _State(prefix, token or None, max_body_bytes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state.client = client if client is not None else client_from_url(url or "")
+        try:
+            yield
+        finally:
+            if client is None:
+                await state.client.aclose()
+
+    api = state.api
+    routes = [
+        Route("/", dashboard),
+        Route("/healthz", state.healthz),
+        Route("/stats", api(state.stats)),
+        Route("/events", api(state.post_event), methods=["POST"]),
+        Route("/dead-letters", api(state.dead_letters)),
+        Route("/dead-letters/{type}/{id}", api(state.dead_letter)),
+        Route("/dead-letters/{type}/{id}/requeue", api(state.requeue), methods=["POST"]),
+    ]
+    metrics = _metrics_endpoint(state)
+    if metrics is not None:
+        routes.append(Route("/metrics", api(metrics)))
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+async def dashboard(request: Request) -> Response:
+    page = (resources.files("aioqueue.http") / "dashboard.html").read_text()
+    return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+
+
+def _metrics_endpoint(state: _State) -> Endpoint | None:
+    """`GET /metrics`: the queue gauges in Prometheus' format, read from Redis on every
+    scrape; only when prometheus_client is installed (the `prometheus` extra)."""
+    try:
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        from aioqueue.prometheus import PrometheusMetrics
+    except ImportError:
+        return None
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+
+    async def scrape(request: Request) -> Response:
+        await metrics.refresh_queue_depths(state.client, state.prefix)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return scrape
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class _State:
+    def __init__(self, prefix: str, token: str | None, max_body_bytes: int) -> None:
+        self.prefix = prefix
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+        self.client: RedisClient
+
+    def api(self, endpoint: Endpoint) -> Endpoint:
+        """Wraps an API endpoint: checks the bearer token when one is configured."""
+
+        async def checked(request: Request) -> Response:
+            if self.token is not None and not self._authorized(request):
+                return _error(
+                    401,
+                    "missing or wrong bearer token: send Authorization: Bearer <token>",
+                    {"WWW-Authenticate": 'Bearer realm="aioqueue"'},
+                )
+            return await endpoint(request)
+
+        return checked
+
+    def _authorized(self, request: Request) -> bool:
+        assert self.token is not None
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), self.token.encode()
+        )
+
+    async def healthz(self, request: Request) -> Response:
+        await self.client.ping()
+        return JSONResponse({"ok": True})
+
+    async def stats(self, request: Request) -> Response:
+        snapshot = await read_stats(self.client, self.prefix, request.query_params.getlist("type"))
+        return JSONResponse({"prefix": self.prefix, **snapshot.to_json()})
+
+    async def post_event(self, request: Request) -> Response:
+        body = await self._read_body(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            parsed = EnqueueRequest.parse(orjson.loads(body))
+        except orjson.JSONDecodeError as exc:
+            return _error(400, f"the body is not valid JSON: {exc}")
+        except RequestError as exc:
+            return _error(422, str(exc))
+        scheduled = await enqueue(self.client, self.prefix, parsed)
+        result = {"type": parsed.event_type, "id": parsed.item.id, "scheduled": scheduled}
+        return JSONResponse(result, status_code=201 if scheduled else 200)
+
+    async def _read_body(self, request: Request) -> bytes | Response:
+        """The body, or a 413 as soon as it is known to be over the limit."""
+        too_large = _error(413, f"the body is larger than {self.max_body_bytes} bytes")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            return too_large
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def dead_letters(self, request: Request) -> Response:
+        try:
+            limit = min(MAX_LISTING, max(1, int(request.query_params.get("limit", "100"))))
+        except ValueError:
+            return _error(422, "limit must be an integer")
+        types = request.query_params.getlist("type")
+        records: list[DeadLetterRecord] = []
+        for layout in await resolve_layouts(self.client, self.prefix, types):
+            records += await list_dead_letters(self.client, layout, limit)
+        records.sort(key=lambda record: record.died_at, reverse=True)
+        return JSONResponse({"dead_letters": [record.to_json() for record in records[:limit]]})
+
+    async def dead_letter(self, request: Request) -> Response:
+        event_type, event_id = request.path_params["type"], request.path_params["id"]
+        [layout] = await resolve_layouts(self.client, self.prefix, [event_type])
+        record = await get_dead_letter(self.client, layout, event_id)
+        if record is None:
+            return _error(404, f"no dead letter {event_type} {event_id!r}")
+        return JSONResponse(record.to_json())
+
+    async def requeue(self, request: Request) -> Response:
+        event_type, event_id = request.path_params["type"], request.path_params["id"]
+        [layout] = await resolve_layouts(self.client, self.prefix, [event_type])
+        outcome = (await requeue_dead_letters(self.client, layout, [event_id]))[event_id]
+        status = {"requeued": 200, "missing": 404}.get(outcome, 409)
+        return JSONResponse(
+            {"type": event_type, "id": event_id, "result": outcome}, status_code=status
+        )

@@ -1,0 +1,120 @@
+"""`POST /events`: a JSON request validated into exactly what the library's enqueue writes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from aioqueue._client import RedisClient
+from aioqueue._errors import InvalidEnqueueError
+from aioqueue._event import _WIRE_NAME
+from aioqueue._keys import QueueLayout
+from aioqueue._producer import DueTime, context_json
+from aioqueue._registry import registry_key
+from aioqueue._store import EnqueueItem, QueueStore
+
+__all__ = ["EnqueueRequest", "RequestError", "enqueue"]
+
+_FIELDS = {"type", "id", "delay", "at", "payload", "context", "replace"}
+
+
+class RequestError(ValueError):
+    """The request body does not describe an event; the message says what to fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    event_type: str
+    item: EnqueueItem
+    replace: bool
+
+    @classmethod
+    def parse(cls, body: Any) -> EnqueueRequest:
+        """Validates a decoded JSON body; raises RequestError."""
+        if not isinstance(body, dict):
+            raise RequestError("the body must be a JSON object")
+        unknown = sorted(set(body) - _FIELDS)
+        if unknown:
+            raise RequestError(f"unknown fields {unknown}; allowed: {sorted(_FIELDS)}")
+        event_type = body.get("type")
+        if not isinstance(event_type, str) or not _WIRE_NAME.fullmatch(event_type):
+            raise RequestError(
+                "type must be an event type's wire name: 1-128 letters, digits, '_', '.' or '-'"
+            )
+        event_id = body.get("id")
+        if not isinstance(event_id, str) or not event_id:
+            raise RequestError("id must be a non-empty string")
+        payload = body.get("payload", {})
+        if not isinstance(payload, dict):
+            raise RequestError("payload must be a JSON object of the event's fields")
+        if "id" in payload:
+            raise RequestError("payload must not contain id: the id goes beside it")
+        replace = body.get("replace", False)
+        if not isinstance(replace, bool):
+            raise RequestError("replace must be true or false")
+        try:
+            due = DueTime.of(_delay(body.get("delay")), _at(body.get("at")))
+            context = context_json(_context(body.get("context")))
+        except InvalidEnqueueError as exc:
+            raise RequestError(str(exc)) from exc
+        # The library's serializer writes the fields with orjson too, so the envelope is
+        # exactly the one an EventService would have written for these fields.
+        item = EnqueueItem(
+            id=event_id,
+            payload=orjson.dumps(payload).decode(),
+            context_json=context,
+            due_ms=due.milliseconds,
+            absolute=due.absolute,
+        )
+        return cls(event_type=event_type, item=item, replace=replace)
+
+
+def _delay(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RequestError("delay must be a number of seconds")
+    return float(value)
+
+
+def _at(value: Any) -> datetime | None:
+    """`at`: ISO 8601 with a time zone, or Unix epoch seconds."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return datetime.fromtimestamp(value).astimezone()
+    if isinstance(value, str):
+        try:
+            at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise RequestError(f"at is not an ISO 8601 time: {value!r}") from exc
+        if at.utcoffset() is None:
+            raise RequestError("at must include a time zone, e.g. 2026-01-01T12:00:00Z")
+        return at
+    raise RequestError("at must be an ISO 8601 time with a time zone, or epoch seconds")
+
+
+def _context(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise RequestError("context must be an object whose values are strings")
+    return value
+
+
+async def enqueue(client: RedisClient, prefix: str, request: EnqueueRequest) -> bool:
+    """Runs the library's enqueue script for the request; False when a pending event with
+    that id was kept. A type nobody registered yet is registered unpartitioned."""
+    registry = registry_key(prefix)
+    # HSETNX: a service that registered the type (maybe partitioned) keeps its entry.
+    await client.hsetnx(registry, request.event_type, "1")
+    partitions = int(await client.hget(registry, request.event_type) or 1)
+    layout = QueueLayout(prefix, request.event_type, partitions)
+    keys = layout.keys_for(request.item.id)
+    store = QueueStore(client, keys, request.event_type)
+    [scheduled] = await store.enqueue([request.item], replace=request.replace)
+    return scheduled

@@ -1,0 +1,122 @@
+"""Prometheus metrics for aioqueue (`pip install 'aioqueue[prometheus]'`).
+
+    metrics = PrometheusMetrics()
+    service = EventService.builder().url(url).metrics(metrics).build()
+    ...
+    await metrics.refresh_queue_depths(client, "aioqueue")   # before each scrape, or on a timer
+
+Metric names (all labelled by `type`, the event type's wire name):
+
+- `aioqueue_events_enqueued_total{type, result="scheduled"|"kept"}`
+- `aioqueue_events_dispatched_total{type}`
+- `aioqueue_events_handled_total{type, outcome="ok"|"failed"|"dead"}`
+- `aioqueue_handler_duration_seconds{type}` (histogram)
+- `aioqueue_delivery_lateness_seconds{type}` (histogram, server clock)
+- `aioqueue_queue_events{type, state="pending"|"due_now"|"ready"|"in_flight"|"dead"}` (gauge)
+- `aioqueue_queue_oldest_overdue_seconds{type}` (gauge)
+
+The queue gauges describe Redis, not this process, so they are set from `aioqueue stats`'
+numbers by `refresh_queue_depths` (the HTTP API's `/metrics` calls it on every scrape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "aioqueue.prometheus needs prometheus_client: pip install 'aioqueue[prometheus]'"
+    ) from exc
+
+from aioqueue._client import RedisClient
+from aioqueue._metrics import Outcome
+from aioqueue._stats import QueueStats, read_stats
+
+__all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "QUEUE_STATES", "PrometheusMetrics"]
+
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Lateness is milliseconds when all is well and minutes when workers fall behind.
+LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 15, 60, 300, 1800)
+QUEUE_STATES = ("pending", "due_now", "ready", "in_flight", "dead")
+
+
+class PrometheusMetrics:
+    """A `Metrics` implementation on prometheus_client; pass `registry` to keep it apart
+    from the default global registry (one per test, or per app)."""
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, namespace: str = "aioqueue"
+    ) -> None:
+        # prometheus_client's default registry is used when `registry` is left out.
+        kwargs: dict[str, Any] = {"namespace": namespace}
+        if registry is not None:
+            kwargs["registry"] = registry
+        self.enqueued = Counter(
+            "events_enqueued", "Enqueue calls by outcome", ["type", "result"], **kwargs
+        )
+        self.dispatched = Counter(
+            "events_dispatched", "Due events moved to the ready list", ["type"], **kwargs
+        )
+        self.handled = Counter(
+            "events_handled", "Handler attempts by outcome", ["type", "outcome"], **kwargs
+        )
+        self.duration = Histogram(
+            "handler_duration_seconds",
+            "How long handlers ran",
+            ["type"],
+            buckets=DURATION_BUCKETS,
+            **kwargs,
+        )
+        self.lateness = Histogram(
+            "delivery_lateness_seconds",
+            "Server time at claim minus due time",
+            ["type"],
+            buckets=LATENESS_BUCKETS,
+            **kwargs,
+        )
+        self.queue_events = Gauge(
+            "queue_events",
+            "Events per queue state (see aioqueue stats)",
+            ["type", "state"],
+            **kwargs,
+        )
+        self.oldest_overdue = Gauge(
+            "queue_oldest_overdue_seconds",
+            "How long the most overdue event waits",
+            ["type"],
+            **kwargs,
+        )
+
+    # -- the Metrics protocol ----------------------------------------------------------------
+
+    def event_enqueued(self, event_type: str, *, scheduled: bool) -> None:
+        self.enqueued.labels(event_type, "scheduled" if scheduled else "kept").inc()
+
+    def events_dispatched(self, event_type: str, count: int) -> None:
+        self.dispatched.labels(event_type).inc(count)
+
+    def event_handled(
+        self, event_type: str, outcome: Outcome, *, duration: float, lateness: float
+    ) -> None:
+        self.handled.labels(event_type, outcome).inc()
+        self.duration.labels(event_type).observe(duration)
+        self.lateness.labels(event_type).observe(lateness)
+
+    # -- queue depths ------------------------------------------------------------------------
+
+    def set_queue_depths(self, queues: Sequence[QueueStats]) -> None:
+        """Sets the queue gauges from stats (types missing from `queues` keep their values)."""
+        for queue in queues:
+            for state in QUEUE_STATES:
+                self.queue_events.labels(queue.event_type, state).set(getattr(queue, state))
+            self.oldest_overdue.labels(queue.event_type).set(queue.oldest_overdue)
+
+    async def refresh_queue_depths(
+        self, client: RedisClient, prefix: str, event_types: Sequence[str] = ()
+    ) -> None:
+        """Reads the queues of `prefix` from Redis and sets the gauges."""
+        snapshot = await read_stats(client, prefix, event_types)
+        self.set_queue_depths(snapshot.queues)

@@ -1,0 +1,277 @@
+"""Turning a user's DataFrame into the rows the enqueue script takes, and refusing bad input.
+
+Everything here runs on the driver before anything is written: the schema checks cost
+nothing, the data checks (null ids, null due times, negative delays) are one aggregation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from aioqueue._errors import AioqueueError
+from aioqueue._event import _WIRE_NAME, Event, event_type_name
+from aioqueue._keys import validate_prefix
+
+__all__ = ["InvalidDataFrameError", "ScheduleColumns", "checked_event_type", "checked_prefix"]
+
+# Internal column names of the prepared frame; user columns never collide with them because
+# the prepared frame holds nothing else.
+ID = "_aioqueue_id"
+PAYLOAD = "_aioqueue_payload"
+DUE_MS = "_aioqueue_due_ms"
+
+# Types that Spark's to_json writes as plain JSON values a handler's event class can read.
+_JSON_ATOMIC_TYPES = (
+    T.StringType,
+    T.CharType,
+    T.VarcharType,
+    T.BooleanType,
+    T.NumericType,
+    T.DateType,
+    T.TimestampType,
+    T.TimestampNTZType,
+    T.NullType,
+    T.VariantType,
+)
+# Context values are strings; these cast to a string without losing meaning.
+_CONTEXT_ATOMIC_TYPES = (
+    T.StringType,
+    T.CharType,
+    T.VarcharType,
+    T.BooleanType,
+    T.NumericType,
+    T.DateType,
+    T.TimestampType,
+)
+
+
+class InvalidDataFrameError(AioqueueError, ValueError):
+    """A DataFrame, or the options naming its columns, cannot be scheduled.
+
+    Raised on the driver before anything is written to Redis.
+    """
+
+
+def checked_event_type(event_type: str | type[Event]) -> str:
+    """The wire name of an event class, or a wire name given as text, validated."""
+    if isinstance(event_type, type):
+        return event_type_name(event_type)
+    if not isinstance(event_type, str) or not _WIRE_NAME.fullmatch(event_type):
+        raise InvalidDataFrameError(
+            f"event type {event_type!r} must be an Event subclass or a wire name of 1-128 "
+            "letters, digits, '_', '.' or '-'"
+        )
+    return event_type
+
+
+def checked_prefix(prefix: str) -> str:
+    try:
+        return validate_prefix(prefix)
+    except ValueError as exc:
+        raise InvalidDataFrameError(str(exc)) from exc
+
+
+def checked_batch_size(batch_size: int) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidDataFrameError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    return batch_size
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleColumns:
+    """Which columns of the user's DataFrame make the id, due time, payload and context."""
+
+    id_col: str = "id"
+    due_col: str | None = None
+    delay_col: str | None = None
+    payload_cols: Sequence[str] | None = None
+    context_cols: Sequence[str] = ()
+
+    @property
+    def due_kind(self) -> str:
+        """The enqueue script's due kind: epoch ms ('at') or ms from the server's now."""
+        return "at" if self.due_col is not None else "delay"
+
+    def prepare(self, df: DataFrame) -> PreparedFrame:
+        """Checks the schema and projects the frame to id, payload JSON, due ms and context.
+
+        Raises InvalidDataFrameError for a missing column or a column of the wrong type.
+        """
+        if self.due_col is not None and self.delay_col is not None:
+            raise InvalidDataFrameError(
+                f"give due_col ({self.due_col!r}) or delay_col ({self.delay_col!r}), not both"
+            )
+        fields = {field.name: field for field in df.schema.fields}
+        named = [self.id_col, self.due_col, self.delay_col, *self.context_cols]
+        if self.payload_cols is not None:
+            named += self.payload_cols
+        for name in named:
+            if name is not None and name not in fields:
+                raise InvalidDataFrameError(
+                    f"the DataFrame has no column {name!r}; its columns are "
+                    f"{', '.join(map(repr, df.columns)) or 'none'}"
+                )
+        id_type = fields[self.id_col].dataType
+        if not isinstance(id_type, (T.StringType, T.CharType, T.VarcharType)):
+            raise InvalidDataFrameError(
+                f"id column {self.id_col!r} must be a string column, got {id_type.simpleString()};"
+                f" cast it, e.g. F.col({self.id_col!r}).cast('string')"
+            )
+        payload_cols = self._payload_cols(df)
+        for name in payload_cols:
+            _check_json(name, fields[name].dataType, name)
+        context = [_context_column(name, fields[name].dataType) for name in self.context_cols]
+        columns = [
+            _col(self.id_col).alias(ID),
+            _payload_json(payload_cols).alias(PAYLOAD),
+            self._due_ms(fields).alias(DUE_MS),
+            *context,
+        ]
+        return PreparedFrame(
+            frame=df.select(*columns),
+            context_names=tuple(self.context_cols),
+            context_maps=tuple(
+                isinstance(fields[name].dataType, T.MapType) for name in self.context_cols
+            ),
+            columns=self,
+        )
+
+    def _payload_cols(self, df: DataFrame) -> list[str]:
+        if self.payload_cols is not None:
+            payload_cols = list(self.payload_cols)
+        else:
+            taken = {self.id_col, self.due_col, self.delay_col, *self.context_cols}
+            payload_cols = [name for name in df.columns if name not in taken]
+        duplicates = sorted({name for name in payload_cols if payload_cols.count(name) > 1})
+        if duplicates:
+            raise InvalidDataFrameError(
+                f"payload columns {duplicates} appear more than once; a JSON object needs "
+                "unique field names"
+            )
+        if "id" in payload_cols:
+            raise InvalidDataFrameError(
+                "a payload column is named 'id': the event id travels beside the payload and "
+                f"would replace it (id_col is {self.id_col!r}); rename or drop that column"
+            )
+        return payload_cols
+
+    def _due_ms(self, fields: dict[str, T.StructField]) -> Column:
+        if self.due_col is not None:
+            due_type = fields[self.due_col].dataType
+            if not isinstance(due_type, T.TimestampType):
+                hint = (
+                    " (a timestamp without time zone: say which zone it is in with "
+                    "F.to_utc_timestamp(col, zone))"
+                    if isinstance(due_type, T.TimestampNTZType)
+                    else ""
+                )
+                raise InvalidDataFrameError(
+                    f"due column {self.due_col!r} must be a timestamp, got "
+                    f"{due_type.simpleString()}{hint}"
+                )
+            return F.unix_millis(_col(self.due_col))
+        if self.delay_col is None:
+            return F.lit(0).cast("long")
+        delay = _col(self.delay_col)
+        delay_type = fields[self.delay_col].dataType
+        if isinstance(delay_type, T.IntegralType):
+            return delay.cast("long") * 1000
+        if isinstance(delay_type, (T.FloatType, T.DoubleType, T.DecimalType)):
+            # NaN is no delay at all: make it null so that the data check reports it.
+            not_a_number = F.isnan(delay) if not isinstance(delay_type, T.DecimalType) else None
+            millis = F.round(delay * 1000).cast("long")
+            return millis if not_a_number is None else F.when(~not_a_number, millis)
+        if isinstance(delay_type, T.DayTimeIntervalType):
+            return F.unix_millis(F.timestamp_seconds(F.lit(0)) + delay)
+        raise InvalidDataFrameError(
+            f"delay column {self.delay_col!r} must hold seconds (a number) or a day-time "
+            f"interval, got {delay_type.simpleString()}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedFrame:
+    """The user's frame as (id, payload JSON, due ms, context values...) rows."""
+
+    frame: DataFrame
+    context_names: tuple[str, ...]
+    context_maps: tuple[bool, ...]
+    """Per context column: a map whose entries are merged (True) or one value (False)."""
+    columns: ScheduleColumns
+
+    def check_data(self) -> None:
+        """One aggregation over the frame: raises if any id or due time is unusable."""
+        id_, due = F.col(ID), F.col(DUE_MS)
+        checks: dict[str, Column] = {
+            "null ids": id_.isNull(),
+            "empty ids": id_ == "",
+        }
+        if self.columns.due_col is not None:
+            checks[f"null due times (column {self.columns.due_col!r})"] = due.isNull()
+        if self.columns.delay_col is not None:
+            checks[f"null or NaN delays (column {self.columns.delay_col!r})"] = due.isNull()
+            checks[f"negative delays (column {self.columns.delay_col!r})"] = due < 0
+        row = self.frame.agg(
+            *(F.count_if(condition).alias(f"c{i}") for i, condition in enumerate(checks.values()))
+        ).first()
+        assert row is not None  # a global aggregation always has one row
+        problems = [
+            f"{count} rows have {what}" for what, count in zip(checks, row, strict=True) if count
+        ]
+        if problems:
+            raise InvalidDataFrameError(
+                f"nothing was scheduled: {'; '.join(problems)} (id column {self.columns.id_col!r})"
+            )
+
+
+def _col(name: str) -> Column:
+    """A top-level column by its exact name, even one with dots or backticks in it."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _payload_json(payload_cols: list[str]) -> Column:
+    if not payload_cols:
+        return F.lit("{}")
+    # Nulls are written as null, not dropped: an Optional field without a default must see
+    # null rather than go missing.
+    return F.to_json(
+        F.struct(*(_col(name) for name in payload_cols)), {"ignoreNullFields": "false"}
+    )
+
+
+def _check_json(column: str, data_type: T.DataType, path: str) -> None:
+    if isinstance(data_type, _JSON_ATOMIC_TYPES):
+        return
+    if isinstance(data_type, T.ArrayType):
+        _check_json(column, data_type.elementType, f"{path}[]")
+    elif isinstance(data_type, T.StructType):
+        for field in data_type.fields:
+            _check_json(column, field.dataType, f"{path}.{field.name}")
+    elif isinstance(data_type, T.MapType) and isinstance(data_type.keyType, T.StringType):
+        _check_json(column, data_type.valueType, f"{path}{{}}")
+    else:
+        raise InvalidDataFrameError(
+            f"payload column {column!r} cannot be written as JSON: {path} is "
+            f"{data_type.simpleString()}; convert it (e.g. base64 for binary, seconds for an "
+            "interval) or leave it out of payload_cols"
+        )
+
+
+def _context_column(name: str, data_type: T.DataType) -> Column:
+    if isinstance(data_type, _CONTEXT_ATOMIC_TYPES):
+        return _col(name).cast("string")
+    if (
+        isinstance(data_type, T.MapType)
+        and isinstance(data_type.keyType, T.StringType)
+        and isinstance(data_type.valueType, _CONTEXT_ATOMIC_TYPES)
+    ):
+        return _col(name).cast("map<string,string>")
+    raise InvalidDataFrameError(
+        f"context column {name!r} must be a string (or number, boolean, date, timestamp) or a "
+        f"map of strings to such values, got {data_type.simpleString()}"
+    )

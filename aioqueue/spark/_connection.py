@@ -1,0 +1,97 @@
+"""Talking to Redis from Spark's synchronous code, on the driver and in executor tasks.
+
+The library's client is asynchronous. Spark calls plain functions, and a driver may itself be
+inside a running event loop (a notebook), so each session runs its own event loop in a
+helper thread (an anyio blocking portal) and the caller's thread only waits on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import TypeVar
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from redis.asyncio.cluster import RedisCluster
+
+from aioqueue._client import RedisClient, client_from_url
+from aioqueue._envelope import text
+from aioqueue._keys import QueueLayout
+from aioqueue._registry import record_layout, registry_key
+
+from ._columns import InvalidDataFrameError
+
+__all__ = ["RedisSession", "redis_session", "resolve_layout"]
+
+R = TypeVar("R")
+
+
+class RedisSession:
+    """A client made for one Spark task (or one driver step) and the loop it runs on."""
+
+    __slots__ = ("_portal", "client")
+
+    def __init__(self, portal: BlockingPortal, client: RedisClient) -> None:
+        self._portal = portal
+        self.client = client
+
+    def run(self, operation: Callable[[RedisClient], Awaitable[R]]) -> R:
+        """Runs `operation(client)` on the session's loop and returns its result."""
+        return self._portal.call(operation, self.client)
+
+    def submit(self, operation: Callable[[RedisClient], Awaitable[R]]) -> Future[R]:
+        """Starts `operation(client)` on the session's loop; the caller goes on meanwhile."""
+        return self._portal.start_task_soon(operation, self.client)
+
+
+@contextmanager
+def redis_session(url: str) -> Iterator[RedisSession]:
+    """A connected session on `url` (redis://, rediss://, redis+cluster://), closed on exit.
+
+    Clients cannot be pickled, so every Spark task opens its own with this.
+    """
+    with start_blocking_portal() as portal:
+        client = client_from_url(url)
+        try:
+            if isinstance(client, RedisCluster):
+                # Concurrent first commands on an uninitialized cluster client can run twice.
+                portal.call(client.initialize)
+            yield RedisSession(portal, client)
+        finally:
+            portal.call(client.aclose)
+
+
+def resolve_layout(
+    session: RedisSession, prefix: str, event_type: str, partitions: int | None
+) -> QueueLayout:
+    """The type's layout: the partition count the prefix's registry records, else
+    `partitions`, else 1. A given count that contradicts the registry is an error: events
+    written to other keys than the consumers read would never be delivered."""
+
+    async def recorded(client: RedisClient) -> bytes | str | None:
+        value: bytes | str | None = await client.hget(registry_key(prefix), event_type)
+        return value
+
+    value = session.run(recorded)
+    if value is not None:
+        count = int(text(value))
+        if partitions is not None and partitions != count:
+            raise InvalidDataFrameError(
+                f"partitions={partitions} but the registry {registry_key(prefix)!r} records "
+                f"{count} for {event_type!r}; the services and this job must agree"
+            )
+        partitions = count
+    try:
+        return QueueLayout(prefix, event_type, partitions if partitions is not None else 1)
+    except ValueError as exc:
+        raise InvalidDataFrameError(str(exc)) from exc
+
+
+def record(session: RedisSession, layout: QueueLayout) -> None:
+    """Lists the type in the prefix's registry, as services do, so tools can find it."""
+
+    async def write(client: RedisClient) -> None:
+        await record_layout(client, layout)
+
+    session.run(write)

@@ -1,0 +1,371 @@
+"""Scheduling the rows of a DataFrame as events, from the executors, in batch or streaming."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+import orjson
+from pyspark.sql import DataFrame, Row
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError
+
+from aioqueue._client import RedisClient
+from aioqueue._event import Event
+from aioqueue._keys import QueueLayout, partition_of
+from aioqueue._scripts import ENQUEUE
+from aioqueue._store import EnqueueItem, QueueStore
+
+from ._columns import (
+    ScheduleColumns,
+    checked_batch_size,
+    checked_event_type,
+    checked_prefix,
+)
+from ._connection import RedisSession, record, redis_session, resolve_layout
+
+__all__ = ["ForeachBatchWriter", "ScheduleResult", "foreach_batch_writer", "schedule_dataframe"]
+
+# Script calls sent in one pipeline round trip by a task.
+PIPELINE_CHUNKS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleResult:
+    """What a run did: rows written as new events, and rows whose id was already pending.
+
+    With `replace=True` every row overwrites, so every row counts as scheduled.
+    """
+
+    scheduled: int = 0
+    already_pending: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.scheduled + self.already_pending
+
+    def __add__(self, other: ScheduleResult) -> ScheduleResult:
+        return ScheduleResult(
+            self.scheduled + other.scheduled, self.already_pending + other.already_pending
+        )
+
+
+def schedule_dataframe(
+    df: DataFrame,
+    event_type: str | type[Event],
+    *,
+    url: str,
+    id_col: str = "id",
+    due_col: str | None = None,
+    delay_col: str | None = None,
+    payload_cols: Sequence[str] | None = None,
+    context_cols: Sequence[str] | None = None,
+    prefix: str = "aioqueue",
+    replace: bool = False,
+    batch_size: int = 1000,
+    partitions: int | None = None,
+) -> ScheduleResult:
+    """Schedules one event of `event_type` per row of `df`; returns how many were new.
+
+    - `id_col`: the event id (a non-null, non-empty string column).
+    - `due_col`: when it is due (a timestamp column), or `delay_col`: seconds (a number) or a
+      day-time interval from the Redis server's now; neither means due now.
+    - `payload_cols`: the columns that form the payload object, each a field of the event
+      class (default: every column not named above); `context_cols`: string columns (or
+      maps of strings) that become the event's context.
+    - `partitions`: the type's partition count, needed only when no service has recorded
+      the type in the prefix's registry yet.
+
+    Bad input raises InvalidDataFrameError before anything is written (the frame is checked
+    in one Spark job, then written in another: `cache()` a frame that is costly to compute).
+    Each Spark partition is written by its task with its own connection, one enqueue script
+    call per `batch_size` rows of the same queue partition, pipelined.
+
+    Re-running is safe: an id that is already pending is kept (and counted as
+    `already_pending`), so a retried Spark task or a second run creates no duplicates. An
+    event whose handler already finished is no longer pending and would be scheduled again.
+    With `replace=True` every row overwrites its pending event (new payload, context and due
+    time, attempt 0): a retried task or a re-run rewrites the same events again, which resets
+    their attempt counts and, with `delay_col`, moves their due time to now + delay.
+    Duplicate ids inside one frame count as already pending; which row wins is not defined.
+    The counts are those of the successful attempt of each task: rows that a failed attempt
+    had written before it was retried count as already pending.
+    """
+    job = ScheduleJob(
+        event_type=checked_event_type(event_type),
+        url=url,
+        columns=_columns(id_col, due_col, delay_col, payload_cols, context_cols),
+        prefix=checked_prefix(prefix),
+        replace=bool(replace),
+        batch_size=checked_batch_size(batch_size),
+        partitions=partitions,
+    )
+    return job.write(df)
+
+
+def foreach_batch_writer(
+    event_type: str | type[Event],
+    *,
+    url: str,
+    id_col: str = "id",
+    due_col: str | None = None,
+    delay_col: str | None = None,
+    payload_cols: Sequence[str] | None = None,
+    context_cols: Sequence[str] | None = None,
+    prefix: str = "aioqueue",
+    replace: bool = False,
+    batch_size: int = 1000,
+    partitions: int | None = None,
+) -> ForeachBatchWriter:
+    """A function for `df.writeStream.foreachBatch(...)` that schedules each micro-batch.
+
+    Takes the options of `schedule_dataframe`. A replayed micro-batch (a restart from the
+    checkpoint before the batch was committed) schedules nothing new: its ids are pending.
+    """
+    job = ScheduleJob(
+        event_type=checked_event_type(event_type),
+        url=url,
+        columns=_columns(id_col, due_col, delay_col, payload_cols, context_cols),
+        prefix=checked_prefix(prefix),
+        replace=bool(replace),
+        batch_size=checked_batch_size(batch_size),
+        partitions=partitions,
+    )
+    return ForeachBatchWriter(job)
+
+
+class ForeachBatchWriter:
+    """Schedules each micro-batch it is called with; `total` sums the results so far."""
+
+    def __init__(self, job: ScheduleJob) -> None:
+        self._job = job
+        self.total = ScheduleResult()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.total += self._job.write(batch)
+
+    def __repr__(self) -> str:
+        return f"<ForeachBatchWriter {self._job.event_type!r} total={self.total}>"
+
+
+@dataclass
+class ScheduleJob:
+    """The options of one run (or one stream), checked; the layout is resolved on first use."""
+
+    event_type: str
+    url: str
+    columns: ScheduleColumns
+    prefix: str
+    replace: bool
+    batch_size: int
+    partitions: int | None
+    layout: QueueLayout | None = None
+
+    def write(self, df: DataFrame) -> ScheduleResult:
+        prepared = self.columns.prepare(df)
+        prepared.check_data()
+        if self.layout is None:
+            with redis_session(self.url) as session:
+                layout = resolve_layout(session, self.prefix, self.event_type, self.partitions)
+                record(session, layout)
+            self.layout = layout
+        plan = _WritePlan(
+            url=self.url,
+            layout=self.layout,
+            absolute=self.columns.due_kind == "at",
+            replace=self.replace,
+            batch_size=self.batch_size,
+            context_maps=prepared.context_maps,
+            context_names=prepared.context_names,
+        )
+        write = functools.partial(_write_partition, plan)
+        counts = prepared.frame.rdd.mapPartitions(write).collect()
+        return sum((ScheduleResult(*count) for count in counts), ScheduleResult())
+
+
+def _columns(
+    id_col: str,
+    due_col: str | None,
+    delay_col: str | None,
+    payload_cols: Sequence[str] | None,
+    context_cols: Sequence[str] | None,
+) -> ScheduleColumns:
+    return ScheduleColumns(
+        id_col=id_col,
+        due_col=due_col,
+        delay_col=delay_col,
+        payload_cols=None if payload_cols is None else tuple(payload_cols),
+        context_cols=tuple(context_cols or ()),
+    )
+
+
+# -- on the executors ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _WritePlan:
+    """What a task needs to write its rows; pickled to the executors."""
+
+    url: str
+    layout: QueueLayout
+    absolute: bool
+    replace: bool
+    batch_size: int
+    context_names: tuple[str, ...]
+    context_maps: tuple[bool, ...]
+
+
+def _write_partition(plan: _WritePlan, rows: Iterable[Row]) -> Iterator[tuple[int, int]]:
+    """Writes one Spark partition's rows; yields one (scheduled, already pending) count."""
+    with redis_session(plan.url) as session:
+        writer = _ChunkWriter(plan, session)
+        for row in rows:
+            writer.add(row)
+        writer.finish()
+    yield writer.scheduled, writer.already_pending
+
+
+class _ChunkWriter:
+    """Groups rows by queue partition into script calls and sends them in pipelines.
+
+    Holds at most one unfinished chunk per queue partition plus one pipeline's worth of
+    full ones, whatever the size of the Spark partition.
+    """
+
+    def __init__(self, plan: _WritePlan, session: RedisSession) -> None:
+        self._plan = plan
+        self._session = session
+        self._keys = plan.layout.all_keys
+        self._type = plan.layout.event_type
+        self._open: list[list[EnqueueItem]] = [[] for _ in self._keys]
+        self._full: list[tuple[int, list[EnqueueItem]]] = []
+        self._in_flight: Future[list[list[int]]] | None = None
+        self.scheduled = 0
+        self.already_pending = 0
+
+    def add(self, row: Row) -> None:
+        event_id, payload, due_ms = row[0], row[1], row[2]
+        partition = partition_of(event_id, len(self._open)) if len(self._open) > 1 else 0
+        chunk = self._open[partition]
+        chunk.append(
+            EnqueueItem(
+                id=event_id,
+                payload=payload,
+                context_json=self._context_json(row),
+                due_ms=due_ms,
+                absolute=self._plan.absolute,
+            )
+        )
+        if len(chunk) >= self._plan.batch_size:
+            self._full.append((partition, chunk))
+            self._open[partition] = []
+            if len(self._full) >= PIPELINE_CHUNKS:
+                self._send()
+
+    def finish(self) -> None:
+        """Sends what is left and waits until every pipeline has been answered."""
+        self._full += [(partition, chunk) for partition, chunk in enumerate(self._open) if chunk]
+        self._open = [[] for _ in self._open]
+        self._send()
+        self._await_sent()
+
+    def _context_json(self, row: Row) -> str:
+        if not self._plan.context_names:
+            return "{}"
+        context: dict[str, str] = {}
+        for offset, (name, is_map) in enumerate(
+            zip(self._plan.context_names, self._plan.context_maps, strict=True), start=3
+        ):
+            value = row[offset]
+            if value is None:
+                continue
+            if is_map:
+                context.update((key, item) for key, item in value.items() if item is not None)
+            else:
+                context[name] = value
+        return orjson.dumps(context).decode()
+
+    def _send(self) -> None:
+        """Sends the full chunks as one pipeline. It runs while the next rows are read; the
+        previous pipeline is awaited first, so at most one is in flight."""
+        self._await_sent()
+        if self._full:
+            chunks, self._full = self._full, []
+            self._in_flight = self._session.submit(functools.partial(self._write_chunks, chunks))
+
+    def _await_sent(self) -> None:
+        if self._in_flight is None:
+            return
+        replies, self._in_flight = self._in_flight.result(), None
+        for reply in replies:
+            scheduled = sum(int(result) for result in reply)
+            self.scheduled += scheduled
+            self.already_pending += len(reply) - scheduled
+
+    async def _write_chunks(
+        self, chunks: list[tuple[int, list[EnqueueItem]]], client: RedisClient
+    ) -> list[list[int]]:
+        calls = []
+        for partition, chunk in chunks:
+            # QueueStore.enqueue builds the script call itself, so there is no second copy
+            # of the keys or the argument format here; the captured call is then pipelined.
+            captured = _CapturedCall()
+            store = QueueStore(cast(RedisClient, captured), self._keys[partition], self._type)
+            await store.enqueue(chunk, replace=self._plan.replace)
+            calls.append(captured)
+        return await _run_pipelined(calls, client)
+
+
+class _CapturedCall:
+    """Stands in for a client and keeps the script call it is asked to make, unsent."""
+
+    __slots__ = ("args", "keys", "sha")
+
+    def __init__(self) -> None:
+        self.sha = ""
+        self.keys: list[str] = []
+        self.args: list[str | int] = []
+
+    async def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> list[int]:
+        self.sha = sha
+        self.keys = list(keys_and_args[:numkeys])
+        self.args = list(keys_and_args[numkeys:])
+        return []
+
+
+async def _run_pipelined(calls: list[_CapturedCall], client: RedisClient) -> list[list[int]]:
+    """Sends the script calls in one pipeline; a server that lacks the script gets EVAL."""
+    if isinstance(client, RedisCluster):
+        return await _run_concurrently(calls, client)
+    async with client.pipeline(transaction=False) as pipe:
+        for call in calls:
+            pipe.evalsha(call.sha, len(call.keys), *call.keys, *call.args)
+        replies = await pipe.execute(raise_on_error=False)
+    results = []
+    for call, reply in zip(calls, replies, strict=True):
+        if isinstance(reply, NoScriptError):
+            # A new, restarted or failed-over server: ENQUEUE.run falls back to EVAL, which
+            # also loads the script for the next pipeline.
+            reply = await ENQUEUE.run(client, call.keys, call.args)
+        elif isinstance(reply, BaseException):
+            raise reply
+        results.append(list(reply))
+    return results
+
+
+async def _run_concurrently(calls: list[_CapturedCall], client: RedisCluster) -> list[list[int]]:
+    """redis-py refuses EVALSHA in cluster pipelines, so on a cluster the calls of one
+    pipeline are all in flight at once instead, each sent to its partition's node."""
+    results: list[list[int]] = [[] for _ in calls]
+
+    async def run(index: int, call: _CapturedCall) -> None:
+        results[index] = list(await ENQUEUE.run(client, call.keys, call.args))
+
+    async with anyio.create_task_group() as calls_in_flight:
+        for index, call in enumerate(calls):
+            calls_in_flight.start_soon(run, index, call)
+    return results

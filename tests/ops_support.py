@@ -1,0 +1,117 @@
+"""Helpers for the operating tests: running the CLI and `aioqueue serve` as real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+import redis.asyncio as redis
+
+from aioqueue._embedded_server import free_port
+from tests.support import queue_key
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return orjson.loads(self.stdout)
+
+
+async def run_cli(
+    *args: str, env: Mapping[str, str] | None = None, stdin: bytes = b""
+) -> CliResult:
+    """Runs `python -m aioqueue ARGS` in a real process (stdin is a pipe, not a terminal)."""
+    result = await anyio.run_process(
+        [sys.executable, "-m", "aioqueue", *args],
+        input=stdin,
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+    return CliResult(result.returncode, result.stdout.decode(), result.stderr.decode())
+
+
+@dataclass
+class ServedApp:
+    base_url: str
+    process: subprocess.Popen[bytes]
+
+
+@contextmanager
+def serve(redis_url: str, *extra: str, env: Mapping[str, str] | None = None) -> Iterator[ServedApp]:
+    """`aioqueue serve` on a free loopback port; stopped (SIGTERM) when the block ends."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aioqueue",
+            "serve",
+            "--url",
+            redis_url,
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            *extra,
+        ],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{base_url}/healthz", process)
+        yield ServedApp(base_url, process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def wait_for_http(url: str, process: subprocess.Popen[Any], within: float = 20.0) -> None:
+    """Polls `url` until it answers 200; a process that exits first fails with its output."""
+    deadline = time.monotonic() + within
+    while True:
+        if process.poll() is not None:
+            output = process.communicate()
+            raise RuntimeError(f"server exited with {process.returncode}: {output}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer within {within} s")
+        # A starting process offers nothing to wait on.
+        time.sleep(0.05)
+
+
+async def stored_envelope(client: redis.Redis, event_type: str, event_id: str) -> dict[str, Any]:
+    """The envelope in `events` of a pending event (fails the test if there is none)."""
+    raw = await client.hget(queue_key(event_type, "events"), event_id)
+    assert raw is not None, f"{event_type} {event_id!r} is not pending"
+    envelope: dict[str, Any] = orjson.loads(raw)
+    return envelope

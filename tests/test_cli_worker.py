@@ -1,0 +1,126 @@
+"""`aioqueue worker module:factory`: runs the user's service, stops gracefully on signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+
+import anyio
+import redis.asyncio as redis
+
+from aioqueue import EventServiceBuilder
+from aioqueue._stats import read_stats
+from tests.ops_support import ROOT, run_cli
+from tests.support import wait_until
+from tests.workers.slow_worker import Export
+
+Builder = Callable[[], EventServiceBuilder]
+
+
+def start_worker(
+    redis_url: str, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aioqueue",
+            "worker",
+            "tests.workers.slow_worker:create_service",
+            "--url",
+            redis_url,
+            "--prefix",
+            "jobs",
+            *extra,
+        ],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_until(worker: subprocess.Popen[str], text: str) -> str:
+    """Reads the worker's stderr up to the line that contains `text`; returns what it read."""
+    assert worker.stderr is not None
+    seen = ""
+    while text not in seen:
+        line = worker.stderr.readline()
+        if not line:
+            raise AssertionError(f"the worker exited before logging {text!r}: {seen}")
+        seen += line
+    return seen
+
+
+async def wait_in_flight(client: redis.Redis, count: int) -> None:
+    async def running() -> bool:
+        queues = (await read_stats(client, "jobs", ["Export"])).queues
+        return queues[0].in_flight == count
+
+    await wait_until(running, within=20)
+
+
+async def test_sigterm_lets_the_running_handler_finish(
+    service_builder: Builder, redis_client: redis.Redis, redis_url: str
+) -> None:
+    worker = start_worker(redis_url)
+    try:
+        producer = service_builder().prefix("jobs").enable_scheduling(False).build()
+        async with producer:
+            await producer.enqueue(Export(id="e-1"), 0)
+        await wait_in_flight(redis_client, 1)
+        worker.send_signal(signal.SIGTERM)
+        stdout, stderr = await anyio.to_thread.run_sync(lambda: worker.communicate(timeout=20))
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, stderr
+    assert stdout.splitlines() == ["started e-1", "finished e-1"]
+    assert "SIGTERM: stopping; running handlers get up to 5 s" in stderr
+    assert "worker stopped" in stderr
+    # Finished and acknowledged before the process left: nothing pending, nothing in flight.
+    [exports] = (await read_stats(redis_client, "jobs", ["Export"])).queues
+    assert (exports.pending, exports.in_flight, exports.dead) == (0, 0, 0)
+
+
+async def test_a_second_signal_forces_the_stop(
+    service_builder: Builder, redis_client: redis.Redis, redis_url: str
+) -> None:
+    worker = start_worker(redis_url, env={"HANDLER_SECONDS": "60"})
+    try:
+        producer = service_builder().prefix("jobs").enable_scheduling(False).build()
+        async with producer:
+            await producer.enqueue(Export(id="e-2"), 0)
+        await wait_in_flight(redis_client, 1)
+        worker.send_signal(signal.SIGINT)
+        with anyio.fail_after(10):
+            first = await anyio.to_thread.run_sync(read_until, worker, "stopping")
+        worker.send_signal(signal.SIGINT)
+        stdout, rest = await anyio.to_thread.run_sync(lambda: worker.communicate(timeout=20))
+        stderr = first + rest
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, stderr
+    assert stdout.splitlines() == ["started e-2"]
+    assert "SIGINT again: cancelling running handlers now" in stderr
+    assert "worker stopped (forced)" in stderr
+    # Not acknowledged: the event stays pending and is delivered again after its lease.
+    [exports] = (await read_stats(redis_client, "jobs", ["Export"])).queues
+    assert exports.pending == 1
+
+
+async def test_bad_factories_are_explained(redis_url: str) -> None:
+    shape = await run_cli("worker", "no_colon", "--url", redis_url)
+    assert shape.returncode == 1
+    assert "FACTORY must look like module:callable" in shape.stderr
+    missing = await run_cli("worker", "tests.nowhere:create", "--url", redis_url)
+    assert "cannot import 'tests.nowhere'" in missing.stderr
+    wrong = await run_cli("worker", "tests.workers.slow_worker:not_a_service", "--url", redis_url)
+    assert "the factory returned str, not an EventService" in wrong.stderr

@@ -1,0 +1,230 @@
+"""The dashboard in a real headless Chromium against a real `aioqueue serve` process.
+
+Chromium and ChromeDriver come from Debian (`chromium`, `chromium-driver`); the fixture
+installs them with apt-get when they are missing and the tests run as root, as CI does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+import redis.asyncio as redis
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from aioqueue import Event, EventServiceBuilder
+from aioqueue._embedded_server import EmbeddedServer
+from aioqueue._stats import read_stats
+from tests.ops_support import ServedApp, serve, stored_envelope
+from tests.support import queue_key, wait_until
+
+Builder = Callable[[], EventServiceBuilder]
+# The flags this machine needs: without the background-networking ones Chromium keeps trying
+# to reach Google's hosts, which a closed network refuses.
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,1000",
+)
+QUEUE_FIELDS = ("pending", "due_now", "ready", "in_flight", "dead")
+
+
+@dataclass
+class Export(Event):
+    id: str
+
+
+@dataclass
+class Reminder(Event):
+    id: str
+
+
+@dataclass
+class Invoice(Event):
+    id: str
+    amount: int
+
+
+def _browser_binaries() -> tuple[str, str]:
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium and driver:
+        return chromium, driver
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.fail("the dashboard test needs Debian's chromium and chromium-driver packages")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=600)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "chromium", "chromium-driver"],
+        check=True,
+        env=env,
+        timeout=900,
+        stdout=subprocess.DEVNULL,
+    )
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium, "apt-get installed chromium but it is not on PATH"
+    assert driver, "apt-get installed chromium-driver but chromedriver is not on PATH"
+    return chromium, driver
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    chromium, driver_path = _browser_binaries()
+    options = webdriver.ChromeOptions()
+    # Both paths given, so Selenium Manager never tries to download a browser or driver.
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    driver.set_page_load_timeout(20)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def dashboard(redis_server: EmbeddedServer) -> Iterator[ServedApp]:
+    with serve(redis_server.url) as app:
+        yield app
+
+
+async def wait_for(condition: Callable[[], bool], within: float = 10.0) -> None:
+    async def check() -> bool:
+        return await anyio.to_thread.run_sync(condition)
+
+    await wait_until(check, within)
+
+
+# The page redraws its tables on every refresh, so each read happens in one script call: an
+# element found in one WebDriver call may be gone by the next.
+READ_QUEUES = """
+return Array.from(document.querySelectorAll('#queues tbody tr[data-type]')).map((row) => [
+  row.dataset.type,
+  Object.fromEntries(arguments[0].map((field) =>
+    [field, row.querySelector(`td[data-field="${field}"]`).textContent])),
+  row.querySelector('td[data-field="oldest_overdue"]').dataset.seconds,
+]);
+"""
+READ_DEAD_LETTERS = """
+return Array.from(document.querySelectorAll('#dead-letters tbody tr[data-id]')).map((row) =>
+  [row.dataset.id, row.querySelector('td[data-field="error"]').textContent]);
+"""
+
+
+def shown_queues(driver: WebDriver) -> dict[str, dict[str, int]]:
+    rows = driver.execute_script(READ_QUEUES, list(QUEUE_FIELDS))
+    return {name: {field: int(value) for field, value in cells.items()} for name, cells, _ in rows}
+
+
+def shown_overdue(driver: WebDriver, event_type: str) -> float:
+    rows = driver.execute_script(READ_QUEUES, list(QUEUE_FIELDS))
+    return next(float(seconds) for name, _, seconds in rows if name == event_type)
+
+
+def shown_dead_letters(driver: WebDriver) -> dict[str, str]:
+    return dict(driver.execute_script(READ_DEAD_LETTERS))
+
+
+def click_requeue(driver: WebDriver, event_id: str) -> None:
+    """A real click on the row's button, found again if a redraw replaced it meanwhile."""
+    for _ in range(20):
+        try:
+            selector = f'#dead-letters tr[data-id="{event_id}"] .requeue'
+            driver.find_element(By.CSS_SELECTOR, selector).click()
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"the requeue button of {event_id} kept being redrawn")
+
+
+async def redis_queues(client: redis.Redis) -> dict[str, dict[str, int]]:
+    snapshot = await read_stats(client, "aioqueue")
+    return {q.event_type: {f: getattr(q, f) for f in QUEUE_FIELDS} for q in snapshot.queues}
+
+
+@pytest.mark.timeout(900)  # room for installing Chromium on a fresh machine; ~5 s otherwise
+async def test_numbers_match_redis_and_requeue_button_requeues(
+    service_builder: Builder,
+    redis_client: redis.Redis,
+    dashboard: ServedApp,
+    browser: WebDriver,
+) -> None:
+    async def reject(event: Invoice) -> bool:
+        raise ValueError(f"card declined for order {event.amount}")
+
+    dying = service_builder().retry_attempts(1).build()
+    async with dying:
+        dying.add_handler(Invoice, reject)
+        await dying.enqueue_many([Invoice(id=f"i-{n}", amount=n) for n in range(2)], 0)
+
+        async def buried() -> bool:
+            return await redis_client.hlen(queue_key("Invoice", "dead_letters")) == 2
+
+        await wait_until(buried)
+
+    release = anyio.Event()
+
+    async def export(event: Export) -> bool:
+        await release.wait()
+        return True
+
+    service = service_builder().handler_timeout(60).build()
+    async with service:
+        service.add_handler(Export, export, parallelism=1)
+        await service.enqueue_many([Export(id="e-1"), Export(id="e-2")], 0)
+        await service.enqueue_many([Reminder(id=f"r-{n}") for n in range(3)], timedelta(hours=1))
+
+        async def one_running() -> bool:
+            return (await redis_queues(redis_client))["Export"]["in_flight"] == 1
+
+        await wait_until(one_running)
+        expected = await redis_queues(redis_client)
+        assert expected["Export"] == dict(pending=2, due_now=0, ready=1, in_flight=1, dead=0)
+
+        await anyio.to_thread.run_sync(browser.get, f"{dashboard.base_url}/?interval=0.3")
+        await wait_for(lambda: set(shown_queues(browser)) == {"Export", "Invoice", "Reminder"})
+        assert shown_queues(browser) == expected
+
+        [export_stats] = (await read_stats(redis_client, "aioqueue", ["Export"])).queues
+        assert abs(shown_overdue(browser, "Export") - export_stats.oldest_overdue) < 3
+
+        assert shown_dead_letters(browser) == {
+            "i-0": "ValueError: card declined for order 0",
+            "i-1": "ValueError: card declined for order 1",
+        }
+        # The charts have drawn the history so far.
+        assert browser.find_elements(By.CSS_SELECTOR, "#depth-chart polyline")
+
+        if screenshot := os.environ.get("AIOQUEUE_DASHBOARD_SCREENSHOT"):
+            await anyio.to_thread.run_sync(browser.save_screenshot, str(Path(screenshot)))
+
+        await anyio.to_thread.run_sync(click_requeue, browser, "i-0")
+        message = browser.find_element(By.ID, "message")
+        await wait_for(lambda: message.text == "Invoice i-0: requeued")
+
+        assert await redis_client.hexists(queue_key("Invoice", "dead_letters"), "i-0") == 0
+        envelope = await stored_envelope(redis_client, "Invoice", "i-0")
+        assert (envelope["attempt"], orjson.loads(envelope["payload"])) == (0, {"amount": 0})
+        after = await redis_queues(redis_client)
+        assert after["Invoice"] == dict(pending=1, due_now=1, ready=0, in_flight=0, dead=1)
+        await wait_for(lambda: shown_queues(browser) == after)
+        assert list(shown_dead_letters(browser)) == ["i-1"]
+        release.set()
