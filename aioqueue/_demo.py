@@ -16,7 +16,7 @@ import anyio
 
 from ._embedded_server import EmbeddedServer
 from ._event import Event
-from ._metrics import Outcome
+from ._metrics import NoMetrics, Outcome
 from ._progress import ProgressBar
 from ._retry import FixedDelays
 from ._service import EventService
@@ -34,7 +34,7 @@ class PaymentCheck(Event):
     order_id: int
 
 
-class DemoMetrics:
+class DemoMetrics(NoMetrics):
     """Counts outcomes and keeps every delivery's lateness (server clock) for percentiles."""
 
     def __init__(self, total: int) -> None:
@@ -46,12 +46,6 @@ class DemoMetrics:
     @property
     def settled(self) -> int:
         return self.outcomes["ok"] + self.outcomes["dead"]
-
-    def event_enqueued(self, event_type: str, *, scheduled: bool) -> None:
-        pass
-
-    def events_dispatched(self, event_type: str, count: int) -> None:
-        pass
 
     def event_handled(
         self, event_type: str, outcome: Outcome, *, duration: float, lateness: float

@@ -24,13 +24,9 @@ local function dispatched(id, raw)
   return score ~= false and tonumber(score) > now
 end
 
--- Whether a ready list entry is the delivery of the stored envelope: the same text, or (as
--- dispatch.lua writes it) the stored text with the id put in front.
+-- Whether a ready list entry is the delivery of the stored envelope (as claim.lua decides).
 local function is_current(id, stored, raw)
-  if not stored then
-    return false
-  end
-  return stored == raw or ('{"id":' .. cjson.encode(id) .. ',' .. string.sub(stored, 2)) == raw
+  return stored and delivery_of(id, stored) == raw
 end
 
 local scan = redis.call('HSCAN', KEYS[2], ARGV[1], 'COUNT', ARGV[2])
