@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from ._client import RedisClient, blocking_wait_limit
+from ._client import RedisClient, blocking_wait_limit, ensure_slot_map
 from ._envelope import Envelope, text
 from ._keys import QueueKeys
 from ._scripts import ACKNOWLEDGE, CANCEL, CLAIM, DISPATCH, ENQUEUE, FAIL, REQUEUE
@@ -107,12 +107,14 @@ class QueueStore:
         envelopes only leave the list through claim.lua.
         """
         ready = self.keys.ready
+        await ensure_slot_map(self.client)
         wait = blocking_wait_limit(self.client, timeout)
         # execute_command because redis-py types the timeout as int; Redis takes fractions.
         await self.client.execute_command("BLMOVE", ready, ready, "LEFT", "RIGHT", wait)
 
     async def wait_for_wake_signal(self, timeout: float) -> bool:
         """Blocks until an enqueue (from any process) signals a sooner due time, or `timeout`."""
+        await ensure_slot_map(self.client)
         wait = blocking_wait_limit(self.client, timeout)
         return await self.client.execute_command("BLPOP", self.keys.wake, wait) is not None
 
