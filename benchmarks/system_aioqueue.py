@@ -2,21 +2,45 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
-from common import CONCURRENCY, Producer, Recorder, main, redis_py_version
+import redis.asyncio
+from common import (
+    CONCURRENCY,
+    JsonDict,
+    Producer,
+    Recorder,
+    command_stats,
+    main,
+    redis_py_version,
+    run_in_flight,
+    stats_delta,
+)
 
 import aioqueue
-from aioqueue import Event, EventService, Outcome, event_context
+from aioqueue import Event, EventService, JsonSerializer, Outcome, event_context, event_type_name
+
+# Not public API: the backlog scenario writes through the enqueue script the way
+# docs/wire-format.md tells other producers to, and times the dispatch script on its own.
+from aioqueue._keys import QueueKeys
+from aioqueue._scripts import script_source
+from aioqueue._store import QueueStore
 
 ENQUEUE_MANY = "enqueue_many"
 # Events per enqueue_many call in the enqueue_many variant.
 MANY_BATCH = 100
 DUE_KEY = "bench_due"
+# Loading a backlog: events per enqueue script call (as enqueue_many chunks them), script calls
+# per pipeline, and pipelines in flight. Faster here than enqueue_many itself, which also
+# validates and encodes each event through the service.
+BACKLOG_EVENTS_PER_CALL = 500
+BACKLOG_CALLS_PER_PIPELINE = 8
+BACKLOG_PIPELINES_IN_FLIGHT = 2
 
 
 @dataclass
@@ -65,6 +89,7 @@ class RecorderMetrics:
 
 class AioqueueSystem:
     name = "aioqueue"
+    has_dispatch_step = True
 
     def versions(self) -> dict[str, str]:
         return {"aioqueue": aioqueue.__version__, "redis-py": redis_py_version()}
@@ -103,6 +128,90 @@ class AioqueueSystem:
             service.add_handler(BenchEvent, handle, parallelism=CONCURRENCY)
             on_ready()
             await recorder.done.wait()
+
+    async def load_backlog(self, url: str, count: int, delay: float) -> None:
+        """Pipelined enqueue script calls, each with the payloads the service would write."""
+        client = redis.asyncio.Redis.from_url(url)
+        try:
+            keys = _queue_keys(client)
+            key_list = [keys.schedule, keys.events, keys.sequence, keys.wake]
+            sha = await client.script_load(script_source("enqueue"))
+            pending_before = await client.hlen(keys.events)
+            serializer = JsonSerializer()
+            event_type = event_type_name(BenchEvent)
+            delay_ms = round(delay * 1000)
+            per_pipeline = BACKLOG_EVENTS_PER_CALL * BACKLOG_CALLS_PER_PIPELINE
+
+            async def write(indices: range) -> None:
+                async with client.pipeline(transaction=False) as pipe:
+                    for start in range(indices.start, indices.stop, BACKLOG_EVENTS_PER_CALL):
+                        args: list[str | int] = ["0", event_type]
+                        for index in range(start, min(start + BACKLOG_EVENTS_PER_CALL, count)):
+                            event = BenchEvent(id=f"backlog-{index}", index=index)
+                            args += [event.id, serializer.encode(event), "{}", "delay", delay_ms]
+                        pipe.evalsha(sha, len(key_list), *key_list, *args)
+                    await pipe.execute()
+
+            await run_in_flight(count, per_pipeline, BACKLOG_PIPELINES_IN_FLIGHT, write)
+            # The script's arguments are a contract the benchmark only follows: prove they held.
+            loaded = await client.hlen(keys.events) - pending_before
+            if loaded != count:
+                raise RuntimeError(f"loaded {loaded} backlog events instead of {count}")
+        finally:
+            await client.aclose()
+
+    async def dispatch_only(self, url: str, events: int) -> JsonDict:
+        """The dispatch script in a loop, with the worker's default settings, until `events`
+        events are on the ready list (left unbounded: nothing consumes it).
+
+        The rate is a full batch over the median call's time: on a shared 2-core machine a few
+        calls are stretched by other processes, and the median leaves them out. The plain
+        events / elapsed rate is kept as `overall_events_per_s`.
+        """
+        client = redis.asyncio.Redis.from_url(url)
+        try:
+            config = EventService.builder().client(client).build().config
+            event_type = event_type_name(BenchEvent)
+            store = QueueStore(client, _queue_keys(client), event_type)
+            before = await command_stats(client)
+            moved = 0
+            call_seconds: list[float] = []
+            started = time.perf_counter()
+            while moved < events:
+                call_started = time.perf_counter()
+                result = await store.dispatch(
+                    batch_size=config.scheduling_batch_size,
+                    lease_ms=config.lease_ms,
+                    max_attempts=config.retry_attempts,
+                    ready_capacity=events + config.scheduling_batch_size,
+                )
+                call_seconds.append(time.perf_counter() - call_started)
+                if not result.dispatched:
+                    raise RuntimeError(f"dispatched {moved} of {events} events, then none")
+                moved += result.dispatched
+            seconds = time.perf_counter() - started
+            scripts = stats_delta(before, await command_stats(client))
+        finally:
+            await client.aclose()
+        # The first call may be an EVAL (the script cache was flushed), the rest are EVALSHA.
+        script_calls = sum(scripts.get(name, (0, 0))[0] for name in ("eval", "evalsha"))
+        script_usec = sum(scripts.get(name, (0, 0))[1] for name in ("eval", "evalsha"))
+        median_call = statistics.median(call_seconds)
+        return {
+            "events_per_s": config.scheduling_batch_size / median_call,
+            "overall_events_per_s": moved / seconds,
+            "seconds": seconds,
+            "calls": len(call_seconds),
+            "median_call_ms": median_call * 1000,
+            "server_us_per_call": script_usec / max(1, script_calls),
+            "server_busy_fraction": script_usec / 1e6 / seconds,
+        }
+
+
+def _queue_keys(client: redis.asyncio.Redis) -> QueueKeys:
+    """BenchEvent's keys under the prefix a default service uses."""
+    prefix = EventService.builder().client(client).build().config.prefix
+    return QueueKeys.for_type(prefix, event_type_name(BenchEvent))
 
 
 if __name__ == "__main__":

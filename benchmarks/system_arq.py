@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import version
@@ -18,10 +19,16 @@ from typing import Any
 
 from arq import Worker, create_pool, func
 from arq.connections import ArqRedis, RedisSettings
-from common import CONCURRENCY, Producer, Recorder, main, redis_py_version
+from arq.constants import default_queue_name, expires_extra_ms, job_key_prefix
+from arq.jobs import serialize_job
+from arq.utils import timestamp_ms
+from common import CONCURRENCY, JsonDict, Producer, Recorder, main, redis_py_version, run_in_flight
 
 POLL_DELAY_0 = "poll_delay=0"
 HANDLER_NAME = "handle"
+# Loading a backlog: jobs per pipeline, and pipelines in flight.
+BACKLOG_JOBS_PER_PIPELINE = 1000
+BACKLOG_PIPELINES_IN_FLIGHT = 2
 
 
 class ArqProducer:
@@ -38,6 +45,8 @@ class ArqProducer:
 
 class ArqSystem:
     name = "arq"
+    # The poller claims due jobs straight from the sorted set.
+    has_dispatch_step = False
 
     def versions(self) -> dict[str, str]:
         return {"arq": version("arq"), "redis-py": redis_py_version()}
@@ -92,6 +101,35 @@ class ArqSystem:
             await asyncio.gather(running, return_exceptions=True)
             await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
             await worker.close()
+
+    async def load_backlog(self, url: str, count: int, delay: float) -> None:
+        """What enqueue_job writes (PSETEX of the pickled job, ZADD of its id), pipelined and
+        without its per-job WATCH/EXISTS uniqueness check (the ids are fresh uuids)."""
+        pool = await create_pool(RedisSettings.from_dsn(url))
+        enqueue_ms = timestamp_ms()
+        score = enqueue_ms + round(delay * 1000)
+        expires_ms = score - enqueue_ms + expires_extra_ms
+
+        async def write(indices: range) -> None:
+            async with pool.pipeline(transaction=False) as pipe:
+                scores = {}
+                for index in indices:
+                    job_id = uuid.uuid4().hex
+                    job = serialize_job(HANDLER_NAME, (index,), {}, None, enqueue_ms)
+                    pipe.psetex(job_key_prefix + job_id, expires_ms, job)
+                    scores[job_id] = score
+                pipe.zadd(default_queue_name, scores)
+                await pipe.execute()
+
+        try:
+            await run_in_flight(
+                count, BACKLOG_JOBS_PER_PIPELINE, BACKLOG_PIPELINES_IN_FLIGHT, write
+            )
+        finally:
+            await pool.aclose()
+
+    async def dispatch_only(self, url: str, events: int) -> JsonDict:
+        raise NotImplementedError("arq has no dispatch step")
 
 
 async def _first_of(wanted: Any, running: asyncio.Future[None]) -> None:

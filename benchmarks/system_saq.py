@@ -18,10 +18,14 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import version
 from typing import Any
 
-from common import CONCURRENCY, Producer, Recorder, main, redis_py_version
-from saq import Queue, Worker
+from common import CONCURRENCY, JsonDict, Producer, Recorder, main, redis_py_version, run_in_flight
+from saq import Job, Queue, Status, Worker
+from saq.utils import now
 
 HANDLER_NAME = "handle"
+# Loading a backlog: jobs per pipeline, and pipelines in flight.
+BACKLOG_JOBS_PER_PIPELINE = 1000
+BACKLOG_PIPELINES_IN_FLIGHT = 2
 
 
 class SaqProducer:
@@ -48,6 +52,8 @@ async def _connected_queue(url: str) -> AsyncIterator[Queue]:
 
 class SaqSystem:
     name = "saq"
+    # The schedule timer moves due jobs to the queued list, from which workers take them.
+    has_dispatch_step = True
 
     def versions(self) -> dict[str, str]:
         return {"saq": version("saq"), "redis-py": redis_py_version()}
@@ -99,6 +105,48 @@ class SaqSystem:
                 await worker.stop()
                 running.cancel()
                 await asyncio.gather(running, return_exceptions=True)
+
+    async def load_backlog(self, url: str, count: int, delay: float) -> None:
+        """What Queue.enqueue writes (SET of the JSON job, ZADD to `incomplete`), pipelined
+        instead of one enqueue script call per job."""
+        async with _connected_queue(url) as queue:
+            incomplete = queue.namespace("incomplete")
+            scheduled = time.time() + delay
+
+            async def write(indices: range) -> None:
+                async with queue.redis.pipeline(transaction=False) as pipe:
+                    scores = {}
+                    for index in indices:
+                        # The fields Queue.enqueue sets before it writes a job.
+                        job = Job(
+                            HANDLER_NAME,
+                            kwargs={"index": index},
+                            queue=queue,
+                            scheduled=scheduled,  # type: ignore[arg-type]
+                            queued=now(),
+                            status=Status.QUEUED,
+                        )
+                        pipe.set(job.id, queue.serialize(job))
+                        scores[job.id] = scheduled
+                    pipe.zadd(incomplete, scores)
+                    await pipe.execute()
+
+            await run_in_flight(
+                count, BACKLOG_JOBS_PER_PIPELINE, BACKLOG_PIPELINES_IN_FLIGHT, write
+            )
+
+    async def dispatch_only(self, url: str, events: int) -> JsonDict:
+        """One run of the schedule script, which moves every due job to the queued list."""
+        async with _connected_queue(url) as queue:
+            # The script runs at most once per second (a lock key with a TTL); the worker of
+            # the previous phase may have just taken it.
+            await queue.redis.delete(queue.namespace("schedule"))
+            started = time.perf_counter()
+            moved = await queue.schedule()
+            seconds = time.perf_counter() - started
+        if len(moved) < events:
+            raise RuntimeError(f"saq's schedule moved {len(moved)} of {events} due jobs")
+        return {"events_per_s": len(moved) / seconds, "seconds": seconds, "calls": 1}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,626 @@
+"""Chaos run: many events due over a short window, delivered through crashes and cuts.
+
+    python benchmarks/chaos.py              # 50,000 events over 30 s, 4 workers, AOF on
+    python benchmarks/chaos.py --no-aof     # the same without AOF: what a restart loses
+
+One embedded server (AOF on, `appendfsync everysec`), N worker processes (this script with
+`worker`) that reach it through aioqueue._testing_proxy.CuttingProxy, and one producer that
+schedules every event before the window opens. While events come due the driver
+
+- SIGKILLs a random worker every few seconds and starts a new one in its place,
+- cuts random proxied connections (a TCP reset on both sides) several times a second,
+- SIGKILLs the server once, in the middle of the window, and starts it again on its data.
+
+Each worker appends one line per handler call (`id  due_ms  now_ms`) to a file of its own
+with a single write(2) on an O_APPEND descriptor, *before* the handler returns and the event
+is acknowledged. A SIGKILL cannot undo a write that returned, and the files are outside the
+server under test, so the record is truthful: an acknowledged event was recorded first, and
+an event recorded twice was handed to handlers twice. Every 1000th event is poisoned (its
+handler always raises) and must end in the dead letters, which proves that failures are
+settled through the chaos as well.
+
+At the end: delivered, duplicated, lost (scheduled, never handed to a handler, not dead),
+dead, invented (delivered but never scheduled) and the lateness of first deliveries. The exit
+status is 1 if anything was lost or invented with AOF on.
+Every loop is bounded in count and in time; all traffic stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import anyio
+import redis.asyncio as redis
+from anyio.abc import Process, TaskGroup
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from aioqueue import Event, EventService, FixedDelays
+from aioqueue._embedded_server import EmbeddedServer
+from aioqueue._keys import QueueKeys
+from aioqueue._testing_proxy import CuttingProxy
+
+SCRIPT = Path(__file__).resolve()
+REPO_ROOT = SCRIPT.parent.parent
+PREFIX = "chaos"
+EVENT_TYPE = "ChaosEvent"
+POISON_EVERY = 1000
+# Due times are grouped into buckets of this many ms, one enqueue_many call each.
+BUCKET_MS = 10
+ENQUEUE_CALLS_IN_FLIGHT = 16
+WORKER_READY_TIMEOUT = 30.0
+WORKER_STOP_TIMEOUT = 10.0
+
+
+@dataclass
+class ChaosEvent(Event):
+    id: str
+    due_ms: int
+    poison: bool = False
+
+
+# -- the worker process ----------------------------------------------------------------------
+
+
+async def run_worker(args: argparse.Namespace) -> None:
+    """Handles ChaosEvents until SIGTERM, appending one line per handler call to args.log."""
+    log = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    rng = random.Random()
+
+    async def handle(event: ChaosEvent) -> bool:
+        # One write(2) per line, before returning: see the module docstring.
+        os.write(log, f"{event.id}\t{event.due_ms}\t{time.time() * 1000:.1f}\n".encode())
+        if event.poison:
+            raise RuntimeError("poisoned event: this handler always fails")
+        # A little work, so that kills find handlers running.
+        await anyio.sleep(rng.uniform(0, args.handler_ms / 1000))
+        return True
+
+    service = (
+        EventService.builder()
+        .url(args.url)
+        .prefix(PREFIX)
+        .scheduling_interval(0.1)
+        .polling_timeout(0.5)
+        .handler_timeout(args.handler_timeout)
+        .retry_attempts(args.retry_attempts)
+        .retry_policy(FixedDelays([0.2]))
+        .shutdown_grace(2.0)
+        .build()
+    )
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with service:
+            service.add_handler(ChaosEvent, handle, parallelism=args.parallelism)
+            print("ready", flush=True)
+            async for _ in signals:
+                break
+    os.close(log)
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+
+@dataclass
+class Chaos:
+    """What the driver did, for the report."""
+
+    worker_kills: int = 0
+    worker_starts: int = 0
+    worker_ready_seconds: list[float] = field(default_factory=list)
+    server_restarts: int = 0
+    server_down_seconds: float = 0.0
+    server_restart_at_ms: float = 0.0
+    connections_cut: int = 0
+    connections_accepted: int = 0
+    upstream_refused: int = 0
+
+
+@dataclass
+class Report:
+    aof: bool
+    faults: bool
+    events: int
+    window_seconds: float
+    workers: int
+    seed: int
+    scheduled: int
+    poisoned: int
+    delivered: int
+    """Distinct healthy events handed to a handler at least once."""
+    deliveries: int
+    """Handler calls of healthy events, duplicates included."""
+    duplicated: int
+    """Healthy events handed to handlers more than once."""
+    lost: int
+    """Scheduled events never handed to a handler and not in the dead letters."""
+    dead: int
+    dead_unexpected: int
+    """Dead letters that are not poisoned events."""
+    invented: int
+    """Ids handed to a handler that were never scheduled."""
+    pending_at_end: int
+    delivered_before_server_restart: int
+    lateness_ms: dict[str, float]
+    lateness_histogram: dict[str, int]
+    lateness_by_slice: list[dict[str, float]]
+    """p50 / p99 / max lateness of first deliveries, per tenth of the window by due time."""
+    chaos: Chaos
+    elapsed_seconds: float
+    drained: bool
+    torn_lines: int
+
+
+class WorkerPool:
+    """N worker slots; each slot runs one worker process at a time, replaced when killed."""
+
+    def __init__(self, args: argparse.Namespace, url: str, logs: Path, chaos: Chaos) -> None:
+        self._args = args
+        self._url = url
+        self._logs = logs
+        self._chaos = chaos
+        self._processes: list[Process | None] = [None] * args.workers
+        self._incarnations = [0] * args.workers
+        self._first_ready = anyio.Event()
+
+    async def start(self, slot: int, task_group: TaskGroup) -> None:
+        """Starts a worker in `slot`; its "ready" line is awaited in the background."""
+        self._incarnations[slot] += 1
+        name = f"w{slot}-{self._incarnations[slot]}"
+        stderr = (self._logs / f"{name}.stderr").open("wb")
+        process = await anyio.open_process(
+            [
+                sys.executable,
+                str(SCRIPT),
+                "worker",
+                "--url",
+                self._url,
+                "--log",
+                str(self._logs / f"{name}.deliveries"),
+                "--handler-timeout",
+                str(self._args.handler_timeout),
+                "--handler-ms",
+                str(self._args.handler_ms),
+                "--retry-attempts",
+                str(self._args.retry_attempts),
+                "--parallelism",
+                str(self._args.parallelism),
+            ],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+        stderr.close()
+        self._processes[slot] = process
+        self._chaos.worker_starts += 1
+        task_group.start_soon(self._note_ready, process, time.monotonic())
+
+    async def _note_ready(self, process: Process, started: float) -> None:
+        assert process.stdout is not None
+        with anyio.move_on_after(WORKER_READY_TIMEOUT):
+            try:
+                await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 64)
+            except (anyio.EndOfStream, anyio.IncompleteRead):
+                return  # killed before it was ready
+            self._chaos.worker_ready_seconds.append(time.monotonic() - started)
+            if len(self._chaos.worker_ready_seconds) == self._args.workers:
+                self._first_ready.set()
+
+    async def wait_all_ready(self, within: float) -> None:
+        """Waits until as many workers said "ready" as there are slots (the first starts)."""
+        with anyio.fail_after(within):
+            await self._first_ready.wait()
+
+    async def kill_and_replace(self, slot: int, task_group: TaskGroup) -> None:
+        process = self._processes[slot]
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.wait()
+            self._chaos.worker_kills += 1
+        await self.start(slot, task_group)
+
+    async def stop_all(self) -> None:
+        """SIGTERM every worker (a graceful stop), SIGKILL what is left after a bound."""
+        running = [p for p in self._processes if p is not None and p.returncode is None]
+        for process in running:
+            process.terminate()
+        with anyio.move_on_after(WORKER_STOP_TIMEOUT):
+            for process in running:
+                await process.wait()
+        for process in running:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        for process in running:
+            await process.aclose()
+
+
+async def enqueue_all(url: str, events: list[ChaosEvent]) -> tuple[int, float]:
+    """Schedules every event, bucket by bucket in due order; returns (scheduled, seconds)."""
+    buckets: dict[int, list[ChaosEvent]] = {}
+    for event in events:
+        buckets.setdefault(event.due_ms, []).append(event)
+    scheduled = 0
+    limiter = anyio.CapacityLimiter(ENQUEUE_CALLS_IN_FLIGHT)
+    producer = EventService.builder().url(url).prefix(PREFIX).enable_scheduling(False).build()
+    started = time.monotonic()
+
+    async def enqueue(due_ms: int, bucket: list[ChaosEvent]) -> None:
+        nonlocal scheduled
+        async with limiter:
+            at = datetime.fromtimestamp(due_ms / 1000, tz=timezone.utc)
+            outcomes = await producer.enqueue_many(bucket, at=at)
+        scheduled += sum(outcomes)
+
+    async with producer, anyio.create_task_group() as enqueues:
+        # Started in due order and admitted first-come, first-served: earliest written first.
+        for due_ms in sorted(buckets):
+            enqueues.start_soon(enqueue, due_ms, buckets[due_ms])
+    return scheduled, time.monotonic() - started
+
+
+def plan_events(
+    count: int, first_due_ms: int, window_ms: int, rng: random.Random
+) -> list[ChaosEvent]:
+    events = []
+    for index in range(count):
+        offset = rng.uniform(0, window_ms)
+        due_ms = first_due_ms + int(offset // BUCKET_MS) * BUCKET_MS
+        events.append(
+            ChaosEvent(id=f"c-{index:06d}", due_ms=due_ms, poison=index % POISON_EVERY == 0)
+        )
+    return events
+
+
+async def cut_connections(
+    proxy: CuttingProxy, args: argparse.Namespace, rng: random.Random, until: float
+) -> None:
+    low, high = args.cut_every
+    for _ in range(math.ceil((until - time.monotonic()) / low) + 1):
+        await anyio.sleep(rng.uniform(low, high))
+        if time.monotonic() >= until:
+            return
+        proxy.cut(1, rng=rng)
+
+
+async def kill_workers(
+    pool: WorkerPool,
+    args: argparse.Namespace,
+    rng: random.Random,
+    until: float,
+    task_group: TaskGroup,
+) -> None:
+    low, high = args.kill_every
+    for _ in range(math.ceil((until - time.monotonic()) / low) + 1):
+        await anyio.sleep(rng.uniform(low, high))
+        if time.monotonic() >= until:
+            return
+        await pool.kill_and_replace(rng.randrange(args.workers), task_group)
+
+
+async def restart_server(server: EmbeddedServer, chaos: Chaos, at: float, how: str) -> None:
+    await anyio.sleep(max(0.0, at - time.monotonic()))
+    chaos.server_restart_at_ms = time.time() * 1000
+    started = time.monotonic()
+    # Blocking calls (process wait, AOF replay), in a thread so the proxy keeps running.
+    if how == "kill":
+        await anyio.to_thread.run_sync(server.kill)
+        await anyio.to_thread.run_sync(server.start)
+    else:
+        await anyio.to_thread.run_sync(server.restart)
+    chaos.server_down_seconds = time.monotonic() - started
+    chaos.server_restarts += 1
+
+
+async def wait_drained(client: redis.Redis, keys: QueueKeys, within: float) -> bool:
+    """Waits until nothing is pending (all acknowledged or dead); False after `within` s."""
+    with anyio.move_on_after(within):
+        while True:
+            try:
+                if await client.hlen(keys.events) == 0:
+                    return True
+            except (redis.ConnectionError, OSError):
+                pass
+            # Another process's progress offers nothing to await: poll at a short interval.
+            await anyio.sleep(0.2)
+    return False
+
+
+def read_deliveries(logs: Path) -> tuple[list[tuple[str, int, float]], int]:
+    """Every recorded handler call as (id, due ms, handled ms), and the torn lines skipped."""
+    calls: list[tuple[str, int, float]] = []
+    torn = 0
+    for path in sorted(logs.glob("*.deliveries")):
+        for line in path.read_text().splitlines():
+            parts = line.split("\t")
+            if len(parts) != 3:
+                torn += 1
+                continue
+            calls.append((parts[0], int(parts[1]), float(parts[2])))
+    return calls, torn
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def at(fraction: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 1)
+
+    return {
+        "p50": at(0.50),
+        "p90": at(0.90),
+        "p99": at(0.99),
+        "p99.9": at(0.999),
+        "max": round(ordered[-1], 1),
+        "mean": round(statistics.fmean(ordered), 1),
+    }
+
+
+SLICES = 10
+HISTOGRAM_EDGES_MS = (10, 50, 100, 500, 1000, 2000, 5000)
+
+
+def histogram(values: Sequence[float]) -> dict[str, int]:
+    counts = dict.fromkeys([f"<{edge} ms" for edge in HISTOGRAM_EDGES_MS], 0)
+    counts[f">={HISTOGRAM_EDGES_MS[-1]} ms"] = 0
+    for value in values:
+        for edge in HISTOGRAM_EDGES_MS:
+            if value < edge:
+                counts[f"<{edge} ms"] += 1
+                break
+        else:
+            counts[f">={HISTOGRAM_EDGES_MS[-1]} ms"] += 1
+    return counts
+
+
+async def drive(args: argparse.Namespace) -> Report:
+    rng = random.Random(args.seed)
+    chaos = Chaos()
+    keys = QueueKeys.for_type(PREFIX, EVENT_TYPE)
+    run_started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="aioqueue-chaos-") as scratch:
+        scratch_dir = Path(scratch)
+        logs = scratch_dir / "logs"
+        logs.mkdir()
+        server = EmbeddedServer(directory=scratch_dir / "server", appendonly=args.aof)
+        server.start()
+        try:
+            async with redis.Redis.from_url(server.url, decode_responses=True) as observer:
+                appendfsync = (await observer.config_get("appendfsync"))["appendfsync"]
+                assert appendfsync == "everysec", appendfsync
+                async with CuttingProxy(server.port) as proxy, anyio.create_task_group() as tg:
+                    proxy_url = f"redis://127.0.0.1:{proxy.port}"
+                    pool = WorkerPool(args, proxy_url, logs, chaos)
+                    for slot in range(args.workers):
+                        await pool.start(slot, tg)
+                    await pool.wait_all_ready(WORKER_READY_TIMEOUT)
+
+                    first_due_ms = int(time.time() * 1000 + args.lead * 1000)
+                    events = plan_events(args.events, first_due_ms, int(args.window * 1000), rng)
+                    poisoned = {event.id for event in events if event.poison}
+                    # Written directly, not through the proxy: the producer is the harness.
+                    scheduled, enqueue_seconds = await enqueue_all(server.url, events)
+                    log(args, f"scheduled {scheduled} events in {enqueue_seconds:.1f} s")
+
+                    window_opens = time.monotonic() + (first_due_ms / 1000 - time.time())
+                    chaos_until = window_opens + args.window + 1.0
+                    async with anyio.create_task_group() as chaos_tasks:
+                        if args.faults:
+                            chaos_tasks.start_soon(cut_connections, proxy, args, rng, chaos_until)
+                            chaos_tasks.start_soon(kill_workers, pool, args, rng, chaos_until, tg)
+                            chaos_tasks.start_soon(
+                                restart_server,
+                                server,
+                                chaos,
+                                window_opens + args.window / 2,
+                                args.server_stop,
+                            )
+                        else:
+                            # The baseline: same load and topology, no faults.
+                            await anyio.sleep(max(0.0, chaos_until - time.monotonic()))
+                    log(args, "chaos over; waiting for the queue to drain")
+                    drained = await wait_drained(observer, keys, args.drain_timeout)
+                    pending_ids = set(await observer.hkeys(keys.events))
+                    dead_ids = set(await observer.hkeys(keys.dead_letters))
+                    await pool.stop_all()
+                    stats = proxy.statistics()
+                    chaos.connections_cut = stats.cut
+                    chaos.connections_accepted = stats.accepted
+                    chaos.upstream_refused = stats.upstream_refused
+                    tg.cancel_scope.cancel()
+        finally:
+            server.stop()
+        calls, torn = read_deliveries(logs)
+
+    expected = {event.id for event in events}
+    healthy_calls = [call for call in calls if call[0] not in poisoned]
+    per_id = Counter(event_id for event_id, _, _ in healthy_calls)
+    first: dict[str, float] = {}
+    slices: list[list[float]] = [[] for _ in range(SLICES)]
+    window_ms = args.window * 1000
+    for event_id, due_ms, handled_ms in sorted(healthy_calls, key=lambda call: call[2]):
+        if event_id not in first:
+            first[event_id] = late = max(0.0, handled_ms - due_ms)
+            index = int((due_ms - first_due_ms) / window_ms * SLICES)
+            slices[min(SLICES - 1, max(0, index))].append(late)
+    handed_out = {event_id for event_id, _, _ in calls}
+    # Still pending at the end (only when the drain timed out) is late, not lost.
+    lost = (expected - poisoned - set(first) - dead_ids - pending_ids) | (
+        poisoned - dead_ids - pending_ids
+    )
+    lateness = list(first.values())
+    return Report(
+        aof=args.aof,
+        faults=args.faults,
+        events=args.events,
+        window_seconds=args.window,
+        workers=args.workers,
+        seed=args.seed,
+        scheduled=scheduled,
+        poisoned=len(poisoned),
+        delivered=len(first),
+        deliveries=len(healthy_calls),
+        duplicated=sum(1 for count in per_id.values() if count > 1),
+        lost=len(lost),
+        dead=len(dead_ids),
+        dead_unexpected=len(dead_ids - poisoned),
+        invented=len(handed_out - expected),
+        pending_at_end=len(pending_ids),
+        delivered_before_server_restart=len(
+            {
+                event_id
+                for event_id, _, handled_ms in healthy_calls
+                if handled_ms < chaos.server_restart_at_ms
+            }
+        ),
+        lateness_ms=percentiles(lateness),
+        lateness_histogram=histogram(lateness),
+        lateness_by_slice=[
+            {
+                "from_s": round(index * args.window / SLICES, 1),
+                **{k: v for k, v in percentiles(values).items() if k in ("p50", "p99", "max")},
+            }
+            for index, values in enumerate(slices)
+        ],
+        chaos=chaos,
+        elapsed_seconds=round(time.monotonic() - run_started, 1),
+        drained=drained,
+        torn_lines=torn,
+    )
+
+
+def log(args: argparse.Namespace, message: str) -> None:
+    if not args.quiet:
+        print(f"[chaos] {message}", file=sys.stderr, flush=True)
+
+
+def print_report(report: Report) -> None:
+    chaos = report.chaos
+    mode = "AOF on (appendfsync everysec)" if report.aof else "AOF off"
+    if not report.faults:
+        mode += ", NO FAULTS (baseline)"
+    print(
+        f"chaos run: {report.events:,} events due over {report.window_seconds:g} s, "
+        f"{report.workers} workers, {mode}, seed {report.seed}"
+    )
+    print(
+        f"  chaos:       {chaos.worker_kills} worker SIGKILLs ({chaos.worker_starts} starts), "
+        f"{chaos.connections_cut} connections cut of {chaos.connections_accepted}, "
+        f"{chaos.server_restarts} server SIGKILL+restart ({chaos.server_down_seconds:.2f} s down)"
+    )
+    print(f"  scheduled:   {report.scheduled:,} ({report.poisoned} poisoned)")
+    print(
+        f"  delivered:   {report.delivered:,} healthy events, {report.deliveries:,} handler "
+        f"calls ({report.delivered_before_server_restart:,} events before the server restart)"
+    )
+    print(f"  duplicated:  {report.duplicated:,} events handed out more than once")
+    print(f"  lost:        {report.lost:,}")
+    print(f"  dead:        {report.dead:,} ({report.dead_unexpected} not poisoned)")
+    print(f"  invented:    {report.invented}")
+    print(f"  pending:     {report.pending_at_end} at the end (drained: {report.drained})")
+    lateness = "  ".join(f"{name} {value:g}" for name, value in report.lateness_ms.items())
+    print(f"  lateness ms: {lateness}")
+    buckets = "  ".join(f"{name}: {count:,}" for name, count in report.lateness_histogram.items())
+    print(f"  histogram:   {buckets}")
+    restart_s = ""
+    if chaos.server_restarts:
+        restart_s = f" (server restart at {report.window_seconds / 2:g} s)"
+    print(f"  by due time{restart_s}, p50 / p99 ms:")
+    print(
+        "    "
+        + "  ".join(
+            f"{part['from_s']:g}s: {part.get('p50', 0):g}/{part.get('p99', 0):g}"
+            for part in report.lateness_by_slice
+        )
+    )
+    print(f"  elapsed:     {report.elapsed_seconds:g} s")
+
+
+def seconds_range(text: str) -> tuple[float, float]:
+    low, _, high = text.partition("-")
+    bounds = (float(low), float(high or low))
+    if not 0 < bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"expected LOW-HIGH seconds with 0 < LOW <= HIGH: {text}")
+    return bounds
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    if argv[:1] == ["worker"]:
+        worker = argparse.ArgumentParser(prog="chaos.py worker")
+        worker.add_argument("--url", required=True)
+        worker.add_argument("--log", required=True)
+        worker.add_argument("--handler-timeout", type=float, required=True)
+        worker.add_argument("--handler-ms", type=float, required=True)
+        worker.add_argument("--retry-attempts", type=int, required=True)
+        worker.add_argument("--parallelism", type=int, required=True)
+        namespace = worker.parse_args(argv[1:])
+        namespace.command = "worker"
+        return namespace
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=50_000)
+    parser.add_argument("--window", type=float, default=30.0, help="seconds the due times span")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--parallelism", type=int, default=16, help="handler slots per worker")
+    parser.add_argument("--lead", type=float, default=3.0, help="seconds before the first due")
+    parser.add_argument("--no-aof", dest="aof", action="store_false", help="server without AOF")
+    parser.add_argument(
+        "--no-faults",
+        dest="faults",
+        action="store_false",
+        help="baseline: same load through the proxy, no kills, cuts or restart",
+    )
+    parser.add_argument(
+        "--server-stop",
+        choices=("kill", "term"),
+        default="kill",
+        help="how the server is stopped mid-window: SIGKILL (default) or SIGTERM",
+    )
+    parser.add_argument("--kill-every", type=seconds_range, default=(2.0, 4.0), metavar="LOW-HIGH")
+    parser.add_argument("--cut-every", type=seconds_range, default=(0.1, 0.5), metavar="LOW-HIGH")
+    parser.add_argument("--handler-timeout", type=float, default=2.0)
+    parser.add_argument("--handler-ms", type=float, default=5.0, help="most ms a handler works")
+    parser.add_argument("--retry-attempts", type=int, default=3)
+    parser.add_argument("--drain-timeout", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="also write the report here as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    namespace = parser.parse_args(argv)
+    namespace.command = "run"
+    return namespace
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    if args.command == "worker":
+        anyio.run(run_worker, args)
+        return 0
+    report = anyio.run(drive, args)
+    print_report(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    failed = report.invented > 0 or report.dead_unexpected > 0
+    if report.aof:
+        failed = failed or report.lost > 0 or not report.drained
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,378 @@
+"""Profiles aioqueue's hot paths with py-spy and shows where the time goes; see README.md.
+
+    benchmarks/run.sh --profile [--quick]
+
+Three aioqueue runs against one embedded server, each under `py-spy record --native`:
+enqueue with 32 calls in flight, a worker draining due events, and the worker process of the
+lateness scenario (the dispatcher's hot path). For each run it writes the collapsed stacks to
+`results/profiles/<name>.txt` (speedscope.app and flamegraph.pl open them) and prints where
+the sampled CPU time of the process went, and what the server spent on each Lua script
+(SLOWLOG with a low threshold, so every script call is logged with its duration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+import redis
+from common import JsonDict, enqueue_due, parse_options, parse_result, reset_server
+from system_aioqueue import AioqueueSystem
+
+from aioqueue._embedded_server import EmbeddedServer
+from aioqueue._scripts import LuaScript
+
+HERE = pathlib.Path(__file__).resolve().parent
+# Samples per second. py-spy pauses the process for each sample, so the profiled runs are a
+# little slower than the benchmark's; their own rates are printed beside the profile.
+RATE = 250
+# Script calls take tens of microseconds or more, the commands inside them about one: this
+# threshold logs the first and hardly any of the second.
+SLOWLOG_THRESHOLD_US = 10
+SLOWLOG_LENGTH = 1_000_000
+TOP = 12
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    title: str
+    arguments: list[str]
+    due_events: int = 0
+    """Due events enqueued (unprofiled) before the run starts."""
+    process: str = ""
+    """Keep only the samples of the process whose command line contains this."""
+
+
+def runs(quick: bool) -> list[Run]:
+    events, due, spread = (2_000, 1_000, 2) if quick else (20_000, 5_000, 5)
+    return [
+        Run(
+            "enqueue",
+            f"enqueue: {events:,} events an hour ahead, 32 calls in flight",
+            ["enqueue", "--events", str(events)],
+        ),
+        Run(
+            "drain",
+            f"drain: one worker handling {events:,} due events (enqueued before it starts)",
+            ["drain-worker", "--events", str(events)],
+            due_events=events,
+        ),
+        Run(
+            "lateness",
+            f"lateness run, worker process only: {due:,} events due over {spread} s",
+            ["lateness", "--events", str(due), "--spread", str(spread)],
+            process="lateness-worker",
+        ),
+    ]
+
+
+# -- reading py-spy's collapsed stacks ---------------------------------------------------------
+
+# The innermost frame that matches one of these (tried in this order) names the bucket of a
+# sample's CPU time; native frames that match none are passed over.
+BUCKETS = (
+    ("gc_collect", "Python garbage collector"),
+    ("redis/observability", "redis-py: observability hooks (attributes, metrics)"),
+    ("redis/_parsers", "redis-py: reading and parsing replies (hiredis)"),
+    ("hiredis", "redis-py: reading and parsing replies (hiredis)"),
+    ("pack_command", "redis-py: packing commands"),
+    ("encoders.py", "redis-py: packing commands"),
+    ("redis/asyncio/connection.py", "redis-py: connection (send, connect, checks)"),
+    ("redis/", "redis-py: client, pipeline, pool, retries"),
+    ("anyio/", "anyio: task groups, cancel scopes, events"),
+    ("aioqueue/_serializer.py", "aioqueue: serializer (orjson)"),
+    ("aioqueue/", "aioqueue: {file}"),
+    ("asyncio/", "asyncio: event loop, tasks, transports"),
+    ("selectors.py", "asyncio: event loop, tasks, transports"),
+    ("socket.py", "asyncio: event loop, tasks, transports"),
+    ("common.py", "benchmark harness"),
+    ("system_aioqueue.py", "benchmark harness"),
+)
+# Which part of aioqueue a sample works for: the outermost aioqueue frame's module.
+COMPONENTS = {
+    "_dispatcher.py": "dispatcher",
+    "_consumer.py": "consumer (claims, handlers, failures)",
+    "_acknowledger.py": "acknowledger",
+    "_watchdog.py": "loop watchdog (heartbeat task and thread)",
+    "_service.py": "service (enqueue, start, stop)",
+    "_producer.py": "service (enqueue, start, stop)",
+}
+LIBRARIES = ("aioqueue/", "redis/", "anyio/")
+# Native leaf frames that are the kernel moving bytes over the loopback socket.
+SYSCALLS = {"send", "recv", "sendto", "recvfrom", "sendmsg", "recvmsg", "__libc_send",
+            "__libc_recv", "write", "read", "__GI___libc_write", "__GI___libc_read"}  # fmt: skip
+# Innermost frames of a thread that waits (py-spy keeps some of them with --native): native
+# leaf functions, and Python functions whose native part was not sampled.
+NATIVE_WAITS = {"epoll_wait", "pthread_cond_timedwait", "__futex_abstimed_wait_common",
+                "__GI___futex_abstimed_wait_cancelable64", "clock_nanosleep"}  # fmt: skip
+WAITS = {("EpollSelector.select", "selectors.py"), ("Condition.wait", "threading.py")}
+
+
+@dataclass
+class Profile:
+    samples: int = 0
+    waiting: int = 0
+    """Samples of a thread waiting (epoll, a lock with a timeout) that py-spy kept."""
+    start_up: int = 0
+    """Samples of imports, left out of the rest."""
+    buckets: Counter[str] = field(default_factory=Counter)
+    components: Counter[str] = field(default_factory=Counter)
+    functions: Counter[str] = field(default_factory=Counter)
+    """Samples with a given library function anywhere on the stack."""
+
+    @property
+    def active(self) -> int:
+        return self.samples - self.waiting - self.start_up
+
+
+def frames_of(line: str) -> tuple[list[str], int]:
+    stack, count = line.rstrip("\n").rsplit(" ", 1)
+    return stack.split(";"), int(count)
+
+
+def is_python(frame: str) -> bool:
+    """Python frames end in "(file.py:line)"; native ones in "(library)" or "(file.c:line)"."""
+    file = location(frame)[1]
+    return file.endswith(".py") or file.startswith("<frozen")
+
+
+def location(frame: str) -> tuple[str, str]:
+    """(function, file) of a frame written "function (file:line)" or "function (library)"."""
+    name, _, where = frame.rpartition(" (")
+    return name, where.rstrip(")").rsplit(":", 1)[0]
+
+
+def analyse(path: pathlib.Path, process: str) -> Profile:
+    profile = Profile()
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        frames, count = frames_of(line)
+        processes = [frame for frame in frames if frame.startswith("process ")]
+        if process and not any(process in frame for frame in processes):
+            continue
+        frames = [frame for frame in frames if not frame.startswith("process ")]
+        profile.samples += count
+        python = [location(frame) for frame in frames if is_python(frame)]
+        if any(name == "_find_and_load" for name, _ in python):
+            profile.start_up += count
+            continue
+        if location(frames[-1])[0] in NATIVE_WAITS or (python and python[-1] in WAITS):
+            profile.waiting += count
+            continue
+        profile.buckets[bucket_of(frames)] += count
+        profile.components[component_of(python)] += count
+        for function in {f"{name} ({file})" for name, file in python if file.startswith(LIBRARIES)}:
+            profile.functions[function] += count
+    return profile
+
+
+def bucket_of(frames: Sequence[str]) -> str:
+    if location(frames[-1])[0] in SYSCALLS:
+        return "kernel: socket send and receive"
+    for frame in reversed(frames):
+        for pattern, bucket in BUCKETS:
+            if pattern in frame:
+                return bucket.format(file=location(frame)[1].removeprefix("aioqueue/"))
+    python = [location(frame)[1] for frame in frames if is_python(frame)]
+    return f"other: {python[-1]}" if python else "other: native"
+
+
+def component_of(python: Sequence[tuple[str, str]]) -> str:
+    for _, file in python:
+        if file.startswith("aioqueue/"):
+            return COMPONENTS.get(file.removeprefix("aioqueue/"), "other aioqueue code")
+    return "outside aioqueue (event loop, harness)"
+
+
+# -- the server's side -------------------------------------------------------------------------
+
+
+def script_names() -> dict[str, str]:
+    import aioqueue._scripts as scripts
+
+    return {
+        value.sha: value.name for value in vars(scripts).values() if isinstance(value, LuaScript)
+    }
+
+
+def prepare_server(client: redis.Redis) -> None:
+    client.config_set("slowlog-log-slower-than", SLOWLOG_THRESHOLD_US)
+    client.config_set("slowlog-max-len", SLOWLOG_LENGTH)
+    client.slowlog_reset()
+    client.config_resetstat()
+
+
+def script_times(client: redis.Redis) -> JsonDict:
+    """Per script: calls SLOWLOG caught, µs per call (mean, p99, max), total ms."""
+    names = script_names()
+    durations: dict[str, list[int]] = {}
+    for entry in client.slowlog_get(SLOWLOG_LENGTH):
+        command = entry["command"].split(b" ", 2)
+        if command[0].upper() == b"EVALSHA":
+            name = names.get(command[1].decode(), "unknown script")
+        elif command[0].upper() == b"EVAL":
+            name = "EVAL (first call of a script)"
+        else:
+            continue
+        durations.setdefault(name, []).append(int(entry["duration"]))
+    found = {}
+    for name, values in durations.items():
+        values.sort()
+        found[name] = {
+            "calls": len(values),
+            "us_per_call": sum(values) / len(values),
+            "p99_us": values[min(len(values) - 1, int(len(values) * 0.99))],
+            "max_us": values[-1],
+            "total_ms": sum(values) / 1000,
+        }
+    stats = client.info("commandstats")
+    script_calls = sum(
+        int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("eval", "evalsha")
+    )
+    return {"scripts": found, "script_calls": script_calls}
+
+
+def restore_server(client: redis.Redis) -> None:
+    client.config_set("slowlog-log-slower-than", 10_000)
+    client.config_set("slowlog-max-len", 128)
+    client.slowlog_reset()
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def record(run: Run, url: str, out: pathlib.Path, py_spy: str) -> JsonDict:
+    """Runs one scenario under py-spy; the scenario's result line."""
+    command = [
+        py_spy, "record", "--native", "--subprocesses", "--rate", str(RATE),
+        "--format", "raw", "-o", str(out),
+        "--", sys.executable, str(HERE / "system_aioqueue.py"), *run.arguments, "--url", url,
+    ]  # fmt: skip
+    finished = subprocess.run(command, cwd=HERE, capture_output=True, text=True, check=False)
+    if finished.returncode != 0:
+        tail = "\n".join(finished.stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"py-spy run {run.name} failed: {tail}")
+    return parse_result(finished.stdout)
+
+
+def profile_one(run: Run, url: str, server: psutil.Process, out_dir: pathlib.Path,
+                py_spy: str) -> JsonDict:  # fmt: skip
+    asyncio.run(reset_server(url))
+    if run.due_events:
+        options = parse_options(
+            AioqueueSystem(), ["drain", "--url", url, "--events", str(run.due_events)]
+        )
+        asyncio.run(enqueue_due(AioqueueSystem(), options))
+    client = redis.Redis.from_url(url)
+    try:
+        prepare_server(client)
+        cpu_before = sum(server.cpu_times()[:2])
+        started = time.perf_counter()
+        result = record(run, url, out_dir / f"{run.name}.txt", py_spy)
+        wall = time.perf_counter() - started
+        server_cpu = sum(server.cpu_times()[:2]) - cpu_before
+        server_side = script_times(client)
+    finally:
+        restore_server(client)
+        client.close()
+    profile = analyse(out_dir / f"{run.name}.txt", run.process)
+    return {
+        "name": run.name,
+        "title": run.title,
+        "result": {key: value for key, value in result.items() if key != "lateness_ms"},
+        "wall_s": wall,
+        "server_cpu_s": server_cpu,
+        "server": server_side,
+        "profile": {
+            "rate": RATE,
+            "samples": profile.samples,
+            "waiting": profile.waiting,
+            "start_up": profile.start_up,
+            "buckets": dict(profile.buckets.most_common()),
+            "components": dict(profile.components.most_common()),
+            "functions": dict(profile.functions.most_common(3 * TOP)),
+        },
+    }
+
+
+def share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:5.1f} %" if whole else "  n/a"
+
+
+def describe(found: JsonDict) -> Iterator[str]:
+    profile, result = found["profile"], found["result"]
+    active = profile["samples"] - profile["waiting"] - profile["start_up"]
+    yield f"## {found['title']}"
+    shown = ", ".join(
+        f"{key} {value:,.2f}" for key, value in result.items() if isinstance(value, int | float)
+    )
+    yield f"run under py-spy: {shown}; wall {found['wall_s']:.1f} s (with start-up)"
+    yield (
+        f"process: {active / profile['rate']:.2f} s of CPU samples ({active} at {profile['rate']}"
+        f" Hz; left out: {profile['start_up']} of imports, {profile['waiting']} of waiting); "
+        f"server CPU {found['server_cpu_s']:.2f} s"
+    )
+    yield "where the process's CPU went (innermost matching frame):"
+    for name, count in profile["buckets"].items():
+        yield f"  {share(count, active)}  {name}"
+    yield "by part of aioqueue (outermost aioqueue frame):"
+    for name, count in profile["components"].items():
+        yield f"  {share(count, active)}  {name}"
+    yield f"library functions on the stack (inclusive), top {TOP}:"
+    for name, count in list(profile["functions"].items())[:TOP]:
+        yield f"  {share(count, active)}  {name}"
+    scripts = found["server"]["scripts"]
+    logged = sum(values["calls"] for values in scripts.values())
+    yield (
+        f"server, per Lua script ({logged:,} of {found['server']['script_calls']:,} script "
+        f"calls took >= {SLOWLOG_THRESHOLD_US} µs and were logged):"
+    )
+    for name, values in sorted(scripts.items(), key=lambda item: -item[1]["total_ms"]):
+        yield (
+            f"  {name:32} {values['calls']:>7,} calls {values['us_per_call']:8.1f} µs/call "
+            f"p99 {values['p99_us']:>6,} max {values['max_us']:>6,} µs, "
+            f"total {values['total_ms']:8.1f} ms"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    parser.add_argument("--only", help="comma-separated run names: enqueue,drain,lateness")
+    parser.add_argument("--results", type=pathlib.Path, default=HERE / "results")
+    args = parser.parse_args()
+    py_spy = shutil.which("py-spy", path=str(pathlib.Path(sys.executable).parent))
+    if py_spy is None:
+        parser.error("py-spy is not installed in this virtualenv: run benchmarks/run.sh first")
+    chosen = [run for run in runs(args.quick) if not args.only or run.name in args.only]
+    out_dir = args.results / "profiles"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = []
+    with EmbeddedServer() as server:
+        assert server.pid is not None
+        server_process = psutil.Process(server.pid)
+        for run in chosen:
+            print(f"profiling {run.name} ...", file=sys.stderr, flush=True)
+            found.append(profile_one(run, server.url, server_process, out_dir, py_spy))
+    text = "\n\n".join("\n".join(describe(one)) for one in found)
+    print(text)
+    (out_dir / "summary.txt").write_text(text + "\n")
+    (out_dir / "summary.json").write_text(json.dumps(found, indent=1) + "\n")
+    print(f"\nstacks and summary: {out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
