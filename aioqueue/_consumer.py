@@ -50,7 +50,7 @@ class Consumer:
         handler: Handler,
         parallelism: int,
         config: ServiceConfig,
-        on_claimed: Callable[[], None] = lambda: None,
+        on_claimed: Callable[[int], None] = lambda ready_left: None,
     ) -> None:
         self._event_type = stores[0].event_type
         self._partitions = [_Partition(store, Acknowledger(store)) for store in stores]
@@ -105,7 +105,7 @@ class Consumer:
             errors.reset()
             self._release(granted - len(claimed.envelopes))
             if claimed.envelopes:
-                self._on_claimed()
+                self._on_claimed(claimed.ready_left)
             for raw in claimed.envelopes:
                 handlers.start_soon(self._deliver, partition, raw, claimed.server_now_ms)
             if not claimed.envelopes:

@@ -68,9 +68,14 @@ class Dispatcher:
         """Dispatches now (a handler was added, for example)."""
         self._wake.set()
 
-    def ready_list_drained(self) -> None:
-        """A local consumer claimed events: if a full ready list held dispatching back, go on."""
-        if self._ready_full:
+    def ready_list_drained(self, ready_left: int) -> None:
+        """A local consumer claimed events. If a full ready list held dispatching back, go on
+        once it has room for a whole batch: topping it up a few events at a time would cost
+        a script call per claim."""
+        if (
+            self._ready_full
+            and ready_left <= self._config.ready_capacity - self._config.scheduling_batch_size
+        ):
             self._wake.set()
 
     def wake_for(self, due_in: float) -> None:

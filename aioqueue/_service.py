@@ -207,9 +207,9 @@ class EventService:
                 codes[code] = f"{name} ({registration.event_type})"
         return codes
 
-    def _ready_list_drained(self) -> None:
+    def _ready_list_drained(self, ready_left: int) -> None:
         if self._dispatcher is not None:
-            self._dispatcher.ready_list_drained()
+            self._dispatcher.ready_list_drained(ready_left)
 
     def _handled_stores(self) -> Iterator[QueueStore]:
         for event_type in self._registrations:

@@ -39,6 +39,8 @@ class DispatchResult:
 @dataclass(frozen=True, slots=True)
 class Claimed:
     server_now_ms: int
+    ready_left: int
+    """Envelopes still in the ready list after this claim."""
     envelopes: list[bytes | str]
 
 
@@ -97,7 +99,9 @@ class QueueStore:
         k = self.keys
         keys = [k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times]
         reply = await CLAIM.run(self.client, keys, [count, lease_ms])
-        return Claimed(server_now_ms=int(reply[0]), envelopes=list(reply[1:]))
+        return Claimed(
+            server_now_ms=int(reply[0]), ready_left=int(reply[1]), envelopes=list(reply[2:])
+        )
 
     async def wait_for_ready(self, timeout: float) -> None:
         """Blocks inside Redis until the ready list has an envelope or `timeout` passes.

@@ -6,14 +6,15 @@
 -- see delivery_of in _prelude.lua): an event that was cancelled, replaced or re-dispatched
 -- since it was pushed is dropped here, so a stale copy never reaches a handler. Each claimed event's next attempt moves to `lease` ms from
 -- now, so it cannot start again while this handler may still run.
--- Returns {server now ms, envelope, envelope, ...}.
+-- Returns {server now ms, envelopes left in the ready list, envelope, envelope, ...}.
 local now = server_time_ms()
 local lease = tonumber(ARGV[2])
-local result = {now}
+local result = {now, 0}
 local popped = redis.call('LPOP', KEYS[1], ARGV[1])
 if not popped then
   return result
 end
+result[2] = redis.call('LLEN', KEYS[1])
 for _, raw in ipairs(popped) do
   local ok, envelope = pcall(cjson.decode, raw)
   if ok and type(envelope) == 'table' and type(envelope.id) == 'string' then
