@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ._envelope import DeadLetter, died_at_from_ms, parse_dead_letter_fields, text
+from ._envelope import DeadLetter, died_at_from_ms, parse_dead_letter_fields, readable_text
 from ._errors import PayloadDecodeError
 from ._event import Event
 from ._queue import TypeQueue
@@ -45,7 +45,7 @@ async def read_dead_letters(
                 error=str(fields.get("error", "")),
                 attempts=int(fields.get("attempt") or 0),
                 died_at=died_at_from_ms(died_at_ms),
-                raw=text(raw),
+                raw=readable_text(raw),
             )
         )
     return letters

@@ -81,12 +81,21 @@ class DeadLetter:
     """The stored envelope as it is in Redis."""
 
 
+def readable_text(value: bytes | str) -> str:
+    """Text for people: bytes that are not UTF-8 (a dead letter can hold anything a producer
+    wrote) are shown as backslash escapes instead of failing the whole listing."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
+
+
 def parse_dead_letter_fields(raw: bytes | str) -> dict[str, Any]:
     """The fields of a stored dead letter; unreadable ones become {'raw': ...}."""
+    # U+FFFD for undecodable bytes keeps the JSON itself parseable (a backslash escape
+    # would not be valid JSON), so the id and error still come through.
+    parseable = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
     try:
-        return _load(raw)
+        return _load(parseable)
     except EnvelopeError:
-        return {"raw": text(raw)}
+        return {"raw": readable_text(raw)}
 
 
 def died_at_from_ms(milliseconds: float) -> datetime:

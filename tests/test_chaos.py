@@ -1,0 +1,68 @@
+"""The chaos run of benchmarks/chaos.py at CI size: nothing is lost through worker SIGKILLs,
+cut connections and a server SIGKILL with AOF on."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+CHAOS = REPO_ROOT / "benchmarks" / "chaos.py"
+
+EVENTS = 3000
+WINDOW = 8.0
+WORKERS = 2
+
+
+@pytest.mark.timeout(120)
+def test_a_small_chaos_run_with_aof_loses_nothing(tmp_path: pathlib.Path) -> None:
+    """3,000 events due over 8 s, 2 workers killed with SIGKILL every 1.5-3 s and restarted,
+    proxied connections cut every 0.1-0.4 s, and the server SIGKILLed and restarted on its
+    AOF halfway: every healthy event must reach a handler, every poisoned one the dead
+    letters, and nothing may be invented or left pending."""
+    report_path = tmp_path / "chaos.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(CHAOS),
+            "--events", str(EVENTS),
+            "--window", str(WINDOW),
+            "--workers", str(WORKERS),
+            "--lead", "2",
+            "--kill-every", "1.5-3",
+            "--cut-every", "0.1-0.4",
+            "--handler-timeout", "1",
+            "--drain-timeout", "30",
+            "--quiet",
+            "--json", str(report_path),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    chaos = report["chaos"]
+    poisoned = EVENTS // 1000
+
+    assert report["scheduled"] == EVENTS
+    assert report["lost"] == 0
+    assert report["invented"] == 0
+    assert report["drained"] is True
+    assert report["pending_at_end"] == 0
+    assert report["delivered"] == EVENTS - poisoned
+    assert report["dead"] == poisoned
+    assert report["dead_unexpected"] == 0
+    assert report["torn_lines"] == 0
+    # The faults happened, and the restart came while events were still flowing.
+    assert chaos["worker_kills"] >= 2
+    assert chaos["connections_cut"] >= 5
+    assert chaos["server_restarts"] == 1
+    assert 0 < report["delivered_before_server_restart"] < EVENTS - poisoned
+    assert report["lateness_ms"]["p50"] >= 0

@@ -1,0 +1,448 @@
+"""Property-based: random sequences of queue operations against a model, on a real server.
+
+Hypothesis generates sequences of enqueue, replace, cancel, dispatch, claim, success,
+failure, crash and requeue, run through aioqueue._store.QueueStore (the Lua scripts, exactly
+as the library runs them) and, after every step, compares everything in Redis with a small
+model of the queue: no event may be lost (every pending event is in the schedule), none
+invented (nothing in Redis that the model does not have), and no stale copy may reach a
+handler.
+
+Time is made deterministic by the only two leases and delays used: 0 (due at once: for a
+lease, the worker is lost and its lease has already run out) and one hour (never due during
+a test). A "crash" drops a delivery without settling it; with a lease of 0 the next dispatch
+must hand the event out again, with a lease of an hour it must stay scheduled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import orjson
+import pytest
+import redis.asyncio as redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aioqueue._embedded_server import EmbeddedServer
+from aioqueue._envelope import Envelope, text
+from aioqueue._keys import QueueKeys
+from aioqueue._store import EnqueueItem, QueueStore
+
+T = TypeVar("T")
+
+EVENT_TYPE = "Prop"
+KEYS = QueueKeys.for_type("prop", EVENT_TYPE)
+HOUR_MS = 3_600_000
+MAX_ATTEMPTS = 2
+# Large enough that every dispatch takes every due event: which ones a smaller batch takes
+# depends on millisecond ties between scores, which a model cannot know.
+BATCH_SIZE = 1000
+READY_CAPACITY = 100_000
+
+# Few ids, so that operations meet the same event often; "due now" twice as likely as "in an
+# hour", so that events go round the dispatch-claim-settle cycle within a short sequence.
+IDS = st.sampled_from(["a", "{Prop}", "x:y"])
+DELAYS = st.sampled_from([0, 0, HOUR_MS])
+# A lease of 0 is a worker already lost. Mostly workers live: a dispatch with a lease of 0
+# makes the event due again at once, so the next dispatch pushes a new copy and every
+# earlier copy goes stale, and a run of those fills the ready list with copies no claim
+# can hand out.
+LEASES = st.sampled_from([HOUR_MS, HOUR_MS, 0])
+# How often each operation comes up: the weights are the repeats. Hypothesis shrinks towards
+# the first, so it is the one that changes nothing when nothing is due.
+OPERATIONS = st.sampled_from(
+    ["dispatch"] * 3
+    + ["enqueue"] * 3
+    + ["replace", "cancel", "requeue"]
+    + ["claim"] * 3
+    + ["success"] * 2
+    + ["failure"] * 2
+    + ["undecodable", "crash", "replace-held", "cancel-held"]
+)
+PAYLOADS = st.integers(min_value=0, max_value=3).map(lambda n: f'{{"n":{n}}}')
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operation and every argument it may use; each operation reads only its own."""
+
+    operation: str
+    event_id: str
+    payload: str
+    delay_ms: int
+    """Enqueue delay, or retry delay of a failure."""
+    lease_ms: int
+    count: int
+    """How many deliveries a claim asks for."""
+    index: int
+    """Which held delivery a settlement picks (modulo how many are held)."""
+
+
+# A plain list of steps rather than a RuleBasedStateMachine: Hypothesis enables stateful
+# rules in random subsets (swarm testing), and most subsets lack the dispatch-claim-settle
+# chain that moves events on; a list also shrinks to a short failing sequence quickly.
+STEPS = st.lists(
+    st.builds(
+        Step,
+        operation=OPERATIONS,
+        event_id=IDS,
+        payload=PAYLOADS,
+        delay_ms=DELAYS,
+        lease_ms=LEASES,
+        count=st.integers(min_value=1, max_value=4),
+        index=st.integers(min_value=0, max_value=7),
+    ),
+    # Hypothesis makes lists of about twice the minimum: sequences long enough for events to
+    # go round the cycle a few times. A shrunk failure keeps this many steps, most of them
+    # shrunk to the no-op first operation.
+    min_size=25,
+    max_size=60,
+)
+
+SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@dataclass
+class Pending:
+    """What the model knows of a pending event."""
+
+    payload: str
+    version: int
+    attempt: int
+    due_now: bool
+    generation: int
+    """Changes whenever the stored envelope's text changes; a ready-list copy is current
+    only while its generation is the event's."""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Copy:
+    """An entry of the ready list: the delivery of one generation of an event."""
+
+    event_id: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class Held:
+    """A delivery a handler holds: what it will settle."""
+
+    envelope: Envelope
+
+
+class QueueModel:
+    """The model of one queue, and the real one it drives and checks."""
+
+    def __init__(self, url: str) -> None:
+        # Steps are synchronous: each step runs its Redis calls on this loop (asyncio.Runner
+        # would do, but the package still supports Python 3.10).
+        self.loop = asyncio.new_event_loop()
+        self.client: redis.Redis = self.run(self._connect(url))
+        self.store = QueueStore(self.client, KEYS, EVENT_TYPE)
+        self.pending: dict[str, Pending] = {}
+        self.dead: dict[str, Pending] = {}
+        """Dead event id -> the event as it died, `error` set."""
+        self.ready: list[Copy] = []
+        self.held: list[Held] = []
+        self.sequence = 0
+        self.generations = 0
+
+    @staticmethod
+    async def _connect(url: str) -> redis.Redis:
+        client = redis.Redis.from_url(url)
+        await client.flushall()
+        return client
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        self.run(self.client.aclose())
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
+
+    def _new_generation(self) -> int:
+        self.generations += 1
+        return self.generations
+
+    def _schedule(self, event_id: str, payload: str, delay_ms: int) -> None:
+        self.sequence += 1
+        self.pending[event_id] = Pending(
+            payload=payload,
+            version=self.sequence,
+            attempt=0,
+            due_now=delay_ms == 0,
+            generation=self._new_generation(),
+        )
+
+    # -- producing ---------------------------------------------------------------------------
+
+    def apply(self, step: Step) -> None:
+        """Runs one step against Redis and the model, checking what Redis answers."""
+        operation = step.operation
+        if operation in ("enqueue", "replace"):
+            self.enqueue(step.event_id, step.payload, step.delay_ms, replace=operation == "replace")
+        elif operation == "cancel":
+            self.cancel(step.event_id)
+        elif operation == "requeue":
+            self.requeue(step.event_id)
+        elif operation == "dispatch":
+            self.dispatch(step.lease_ms)
+        elif operation == "claim":
+            self.claim(step.count, step.lease_ms)
+        elif self.held:
+            self.settle(operation, step.index, step.payload, step.delay_ms)
+
+    def enqueue(self, event_id: str, payload: str, delay_ms: int, *, replace: bool) -> None:
+        item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
+        [scheduled] = self.run(self.store.enqueue([item], replace=replace))
+        expected = replace or event_id not in self.pending
+        assert scheduled is expected
+        if expected:
+            self._schedule(event_id, payload, delay_ms)
+
+    def cancel(self, event_id: str) -> None:
+        removed = self.run(self.store.cancel(event_id))
+        assert removed is (event_id in self.pending)
+        self.pending.pop(event_id, None)
+
+    def requeue(self, event_id: str) -> None:
+        outcome = self.run(self.store.requeue(event_id))
+        if event_id not in self.dead:
+            assert outcome == "missing"
+        elif event_id in self.pending:
+            assert outcome == "pending"
+        else:
+            assert outcome == "requeued"
+            self._schedule(event_id, self.dead.pop(event_id).payload, 0)
+
+    # -- dispatching and claiming -------------------------------------------------------------
+
+    def dispatch(self, lease_ms: int) -> None:
+        result = self.run(
+            self.store.dispatch(
+                batch_size=BATCH_SIZE,
+                lease_ms=lease_ms,
+                max_attempts=MAX_ATTEMPTS,
+                ready_capacity=READY_CAPACITY,
+            )
+        )
+        pushed: list[str] = []
+        buried = 0
+        for event_id, event in list(self.pending.items()):
+            if not event.due_now:
+                continue
+            if event.attempt >= MAX_ATTEMPTS:
+                error = event.error or (
+                    f"attempt {event.attempt} did not finish within the handler timeout"
+                )
+                self._bury(event_id, error)
+                buried += 1
+                continue
+            event.attempt += 1
+            event.due_now = lease_ms == 0
+            event.generation = self._new_generation()
+            pushed.append(event_id)
+        assert (result.dispatched, result.buried) == (len(pushed), buried)
+        # The order of one dispatch's pushes follows the scores' millisecond ties, which the
+        # model does not know: take the server's order, after checking it is these events.
+        tail = self.ready_ids()[len(self.ready) :]
+        assert sorted(tail) == sorted(pushed)
+        self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
+
+    def claim(self, count: int, lease_ms: int) -> None:
+        claimed = self.run(self.store.claim(count, lease_ms=lease_ms))
+        popped, self.ready = self.ready[:count], self.ready[count:]
+        current = [
+            copy
+            for copy in popped
+            if copy.event_id in self.pending
+            and self.pending[copy.event_id].generation == copy.generation
+        ]
+        envelopes = [Envelope.parse(raw, event_type=EVENT_TYPE) for raw in claimed.envelopes]
+        assert [envelope.id for envelope in envelopes] == [copy.event_id for copy in current]
+        for envelope in envelopes:
+            event = self.pending[envelope.id]
+            assert (envelope.version, envelope.attempt) == (event.version, event.attempt)
+            assert envelope.payload == event.payload
+            event.due_now = lease_ms == 0
+            self.held.append(Held(envelope))
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def _is_current(self, envelope: Envelope) -> bool:
+        event = self.pending.get(envelope.id)
+        return event is not None and event.version == envelope.version
+
+    def settle(self, outcome: str, index: int, payload: str, delay_ms: int) -> None:
+        """A handler finishes one of the held deliveries, its worker dies, or a producer
+        changes the event while the handler still holds it."""
+        held = self.held[index % len(self.held)].envelope
+        if outcome == "replace-held":
+            self.enqueue(held.id, payload, delay_ms, replace=True)
+            return
+        if outcome == "cancel-held":
+            self.cancel(held.id)
+            return
+        self.held.remove(Held(held))
+        if outcome == "success":
+            self.succeed(held)
+        elif outcome == "crash":
+            pass  # nothing is settled: only the lease the claim set remains
+        else:
+            # With retry 0 or an hour, like the leases.
+            self.fail(held, delay_ms, bury=outcome == "undecodable")
+
+    def succeed(self, envelope: Envelope) -> None:
+        deleted = self.run(self.store.acknowledge([envelope]))
+        assert deleted == (1 if self._is_current(envelope) else 0)
+        if deleted:
+            del self.pending[envelope.id]
+
+    def fail(self, envelope: Envelope, retry_ms: int, *, bury: bool) -> None:
+        error = f"failed attempt {envelope.attempt} of version {envelope.version}"
+        outcome = self.run(
+            self.store.fail(
+                envelope, error, retry_delay_ms=retry_ms, max_attempts=MAX_ATTEMPTS, bury=bury
+            )
+        )
+        if not self._is_current(envelope):
+            assert outcome == "stale"
+            return
+        event = self.pending[envelope.id]
+        if bury or event.attempt >= MAX_ATTEMPTS:
+            assert outcome == "dead"
+            self._bury(envelope.id, error)
+        else:
+            assert outcome == "retry"
+            event.error = error
+            event.due_now = retry_ms == 0
+            event.generation = self._new_generation()
+
+    def _bury(self, event_id: str, error: str) -> None:
+        event = self.pending.pop(event_id)
+        event.error = error
+        self.dead[event_id] = event
+
+    # -- what Redis must hold after every step ----------------------------------------------
+
+    def ready_ids(self) -> list[str]:
+        raws = cast("list[bytes]", self.run(self.client.lrange(KEYS.ready, 0, -1)))
+        return [_fields(raw)["id"] for raw in raws]
+
+    def check_redis_holds_exactly_the_model(self) -> None:
+        state = self.run(self._read_state())
+        events, schedule, now = state.events, state.schedule, state.now_ms
+        assert set(events) == set(self.pending), "an event was lost or invented"
+        assert set(schedule) == set(self.pending), "a pending event is not scheduled"
+        for event_id, event in self.pending.items():
+            stored = _fields(events[event_id])
+            assert (stored["version"], stored["attempt"]) == (event.version, event.attempt)
+            assert stored["payload"] == event.payload
+            assert stored.get("error") == event.error
+            if event.due_now:
+                assert schedule[event_id] <= now, f"{event_id} should be due"
+            else:
+                assert schedule[event_id] > now + HOUR_MS / 2, f"{event_id} should wait"
+        assert set(state.dead_letters) == state.dead_letter_times == set(self.dead)
+        for event_id, event in self.dead.items():
+            letter = _fields(state.dead_letters[event_id])
+            assert (letter["id"], letter["version"], letter["attempt"]) == (
+                event_id,
+                event.version,
+                event.attempt,
+            )
+            assert letter["error"] == event.error
+        assert state.ready == [copy.event_id for copy in self.ready]
+        assert state.keys <= {
+            KEYS.schedule,
+            KEYS.events,
+            KEYS.ready,
+            KEYS.dead_letters,
+            KEYS.dead_letter_times,
+            KEYS.sequence,
+            KEYS.wake,
+        }
+        assert state.sequence == self.sequence
+
+    async def _read_state(self) -> RedisState:
+        """Everything of the queue in Redis, read atomically (one MULTI)."""
+        async with self.client.pipeline(transaction=True) as multi:
+            multi.hgetall(KEYS.events)
+            multi.zrange(KEYS.schedule, 0, -1, withscores=True)
+            multi.hgetall(KEYS.dead_letters)
+            multi.zrange(KEYS.dead_letter_times, 0, -1)
+            multi.lrange(KEYS.ready, 0, -1)
+            multi.keys("*")
+            multi.get(KEYS.sequence)
+            multi.time()
+            replies = await multi.execute()
+        events, schedule, dead, dead_times, ready, keys, sequence, (seconds, micros) = replies
+        return RedisState(
+            events={text(k): v for k, v in events.items()},
+            schedule={text(member): float(score) for member, score in schedule},
+            dead_letters={text(k): v for k, v in dead.items()},
+            dead_letter_times={text(member) for member in dead_times},
+            ready=[_fields(raw)["id"] for raw in ready],
+            keys={text(key) for key in keys},
+            sequence=int(sequence or 0),
+            now_ms=int(seconds) * 1000 + int(micros) // 1000,
+        )
+
+
+@dataclass(frozen=True)
+class RedisState:
+    events: dict[str, bytes]
+    schedule: dict[str, float]
+    dead_letters: dict[str, bytes]
+    dead_letter_times: set[str]
+    ready: list[str]
+    """Event ids of the ready list's entries, head first."""
+    keys: set[str]
+    sequence: int
+    now_ms: int
+
+
+def _fields(raw: bytes) -> dict[str, Any]:
+    """An envelope's fields as docs/wire-format.md describes them."""
+    fields = orjson.loads(raw)
+    assert isinstance(fields, dict), raw
+    return fields
+
+
+@contextmanager
+def queue_model(url: str) -> Iterator[QueueModel]:
+    model = QueueModel(url)
+    try:
+        yield model
+    finally:
+        model.close()
+
+
+# A failure is shrunk for up to 5 minutes (Hypothesis's own limit) before it is reported.
+@pytest.mark.timeout(400)
+# Reporting a failure imports libcst where it is installed, which warns on import.
+@pytest.mark.filterwarnings("ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning")
+@SETTINGS
+@given(steps=STEPS)
+def test_no_sequence_of_operations_loses_or_invents_an_event(
+    redis_server: EmbeddedServer, steps: list[Step]
+) -> None:
+    """After every step Redis must hold exactly what the model holds; Hypothesis shrinks a
+    failure to the shortest sequence of steps that shows it."""
+    with queue_model(redis_server.url) as model:
+        assert model.run(model.client.dbsize()) == 0
+        for step in steps:
+            model.apply(step)
+            model.check_redis_holds_exactly_the_model()
