@@ -8,12 +8,11 @@ format has one definition. Used by the CLI and the HTTP API.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 from ._client import RedisClient
-from ._envelope import died_at_from_ms, parse_dead_letter_fields, text
+from ._dead_letters import DeadLetterRecord, newest_dead_letters
+from ._envelope import text
 from ._keys import QueueLayout
 from ._queue import TypeQueue
 from ._scripts import LuaScript
@@ -38,63 +37,11 @@ Progress = Callable[[int], None]
 """Called with how many items are done so far."""
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetterRecord:
-    """A dead letter as stored, read without the event's class."""
-
-    event_type: str
-    id: str
-    error: str
-    attempts: int
-    died_at: datetime
-    payload: str | None
-    """The payload's JSON text; None when the envelope itself was unreadable."""
-    context: dict[str, str]
-    raw: str
-    """The stored dead letter, as it is in Redis."""
-
-    @classmethod
-    def parse(cls, event_type: str, raw: bytes | str, died_at_ms: float) -> DeadLetterRecord:
-        fields = parse_dead_letter_fields(raw)
-        payload = fields.get("payload")
-        context = fields.get("context")
-        return cls(
-            event_type=event_type,
-            id=str(fields.get("id", "")),
-            error=str(fields.get("error", "")),
-            attempts=int(fields.get("attempt") or 0),
-            died_at=died_at_from_ms(died_at_ms),
-            payload=payload if isinstance(payload, str) else None,
-            context=context if isinstance(context, dict) else {},
-            raw=text(raw),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": self.event_type,
-            "id": self.id,
-            "error": self.error,
-            "attempts": self.attempts,
-            "died_at": self.died_at.isoformat(),
-            "payload": self.payload,
-            "context": self.context,
-            "raw": self.raw,
-        }
-
-
 async def list_dead_letters(
     client: RedisClient, layout: QueueLayout, limit: int = 100
 ) -> list[DeadLetterRecord]:
     """The newest `limit` dead letters of a type, over all its partitions."""
-    if limit < 1:
-        return []
-    entries: list[tuple[bytes | str, float]] = []
-    for store in TypeQueue(client, layout).stores:
-        entries += await store.dead_letter_entries(limit)
-    entries.sort(key=lambda entry: entry[1], reverse=True)
-    return [
-        DeadLetterRecord.parse(layout.event_type, raw, died_at) for raw, died_at in entries[:limit]
-    ]
+    return await newest_dead_letters(TypeQueue(client, layout), limit)
 
 
 async def get_dead_letter(
