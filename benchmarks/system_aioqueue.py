@@ -23,7 +23,15 @@ from common import (
 )
 
 import aioqueue
-from aioqueue import Event, EventService, JsonSerializer, Outcome, event_context, event_type_name
+from aioqueue import (
+    Event,
+    EventService,
+    JsonSerializer,
+    NoMetrics,
+    Outcome,
+    event_context,
+    event_type_name,
+)
 
 # Not public API: the backlog scenario writes through the enqueue script the way
 # docs/wire-format.md tells other producers to, and times the dispatch script on its own.
@@ -68,17 +76,11 @@ class AioqueueProducer:
                 await self._service.enqueue(event, delay, context=context)
 
 
-class RecorderMetrics:
+class RecorderMetrics(NoMetrics):
     """The Metrics protocol, passing each successful delivery's lateness to the recorder."""
 
     def __init__(self, recorder: Recorder) -> None:
         self._recorder = recorder
-
-    def event_enqueued(self, event_type: str, *, scheduled: bool) -> None:
-        pass
-
-    def events_dispatched(self, event_type: str, count: int) -> None:
-        pass
 
     def event_handled(
         self, event_type: str, outcome: Outcome, *, duration: float, lateness: float
