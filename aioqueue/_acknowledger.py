@@ -1,4 +1,7 @@
-"""Batched acknowledgements: the successes of one consumer share a script call."""
+"""Acknowledgements sent on their own: concurrent successes of one partition share a call.
+
+Most acknowledgements ride the consumer's next claim instead (see Consumer); these are the
+ones that would otherwise wait for a claim that is not coming soon."""
 
 from __future__ import annotations
 
@@ -28,14 +31,15 @@ class Acknowledger:
 
     def __init__(self, store: QueueStore) -> None:
         self._store = store
-        self._coalescer: Coalescer[Envelope, None] = Coalescer(self._flush, MAX_BATCH)
+        self._coalescer: Coalescer[Envelope, None] = Coalescer(self.acknowledge_all, MAX_BATCH)
 
     async def acknowledge(self, envelope: Envelope) -> None:
         """Returns once the event is deleted, or once deleting it failed (logged; the event
         is then delivered again at its pre-scheduled attempt)."""
         await self._coalescer.submit(envelope)
 
-    async def _flush(self, envelopes: list[Envelope]) -> list[None]:
+    async def acknowledge_all(self, envelopes: list[Envelope]) -> list[None]:
+        """Acknowledges `envelopes` in one call, as acknowledge() does one."""
         problem = f"no answer within {SETTLE_TIMEOUT:g} s"
         with anyio.move_on_after(SETTLE_TIMEOUT):
             # Deleting a version twice is harmless, so one more try is safe; it spares a

@@ -41,6 +41,8 @@ class Claimed:
     server_now_ms: int
     ready_left: int
     """Envelopes still in the ready list after this claim."""
+    acknowledged: int
+    """How many of the finished events passed in were deleted (see acknowledge())."""
     envelopes: list[bytes | str]
 
 
@@ -94,13 +96,19 @@ class QueueStore:
             limit=limit,
         )
 
-    async def claim(self, count: int, *, lease_ms: int) -> Claimed:
-        """Pops up to `count` current envelopes from the ready list (never blocks)."""
+    async def claim(
+        self, count: int, *, lease_ms: int, acknowledge: Sequence[Envelope] = ()
+    ) -> Claimed:
+        """Acknowledges the `acknowledge` deliveries, then pops up to `count` current envelopes
+        from the ready list (never blocks), in one atomic call."""
         k = self.keys
         keys = [k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times]
-        reply = await CLAIM.run(self.client, keys, [count, lease_ms])
+        reply = await CLAIM.run(self.client, keys, [count, lease_ms, *_versions(acknowledge)])
         return Claimed(
-            server_now_ms=int(reply[0]), ready_left=int(reply[1]), envelopes=list(reply[2:])
+            server_now_ms=int(reply[0]),
+            ready_left=int(reply[1]),
+            acknowledged=int(reply[2]),
+            envelopes=list(reply[3:]),
         )
 
     async def wait_for_ready(self, timeout: float) -> None:
@@ -124,11 +132,8 @@ class QueueStore:
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""
-        args: list[str | int] = []
-        for envelope in deliveries:
-            args += [envelope.id, str(envelope.version)]
         keys = [self.keys.schedule, self.keys.events]
-        return int(await ACKNOWLEDGE.run(self.client, keys, args))
+        return int(await ACKNOWLEDGE.run(self.client, keys, _versions(deliveries)))
 
     async def fail(
         self,
@@ -174,3 +179,11 @@ class QueueStore:
         k = self.keys
         keys = [k.schedule, k.events, k.sequence, k.dead_letters, k.dead_letter_times]
         return _REQUEUE_RESULTS[int(await REQUEUE.run(self.client, keys, [event_id]))]
+
+
+def _versions(deliveries: Sequence[Envelope]) -> list[str | int]:
+    """Script arguments naming delivered versions: id, version, id, version, ..."""
+    args: list[str | int] = []
+    for envelope in deliveries:
+        args += [envelope.id, str(envelope.version)]
+    return args

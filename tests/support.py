@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import anyio
+from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import Event, event_context
 from aioqueue._client import RedisClient
@@ -79,3 +81,18 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], within: float = 1
             if await condition():
                 return
             await anyio.sleep(0.01)
+
+
+async def blocked_in(client: RedisClient, command: str) -> int:
+    """How many connections, on all nodes, are blocked in `command` (e.g. "blmove": each
+    partition's consumer waits for ready events with it)."""
+    if isinstance(client, RedisCluster):
+        # Typed as one node's list; sent to several nodes, the reply is a list per node.
+        by_node = cast(
+            "dict[str, list[dict[str, str]]]",
+            await client.client_list(target_nodes=RedisCluster.ALL_NODES),
+        )
+        entries = [entry for node_entries in by_node.values() for entry in node_entries]
+    else:
+        entries = await client.client_list()
+    return sum(1 for entry in entries if "b" in entry["flags"] and entry["cmd"] == command)

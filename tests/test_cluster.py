@@ -24,7 +24,7 @@ from aioqueue._client import RedisClient
 from aioqueue._embedded_cluster import EmbeddedCluster
 from aioqueue._keys import QueueKeys, QueueLayout
 from aioqueue._scripts import LuaScript
-from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until
+from tests.support import OrderTimeout, PaymentCheck, Recorder, blocked_in, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
 
@@ -109,9 +109,19 @@ async def test_every_script_call_of_the_core_flow_touches_one_slot(
 
     payments = Recorder(outcome=succeed_unless_doomed)
     timeouts = Recorder()
+    held_started, release_held = anyio.Event(), anyio.Event()
+
+    async def handle_payment(event: PaymentCheck) -> bool:
+        if event.id == "held":
+            # Finishes while the consumer waits inside Redis: acknowledged on its own.
+            held_started.set()
+            await release_held.wait()
+        return await payments(event)
+
     builder = service_builder().retry_attempts(2).partitions(OrderTimeout, 8)
     async with builder.build() as service:
-        service.add_handler(PaymentCheck, payments)
+        # Two slots: while "held" runs, the consumer waits for more inside Redis.
+        service.add_handler(PaymentCheck, handle_payment, parallelism=2)
         service.add_handler(OrderTimeout, timeouts, parallelism=4)
         assert await service.enqueue(PaymentCheck(id="p-1", order_id=1), 3600)
         assert not await service.enqueue(PaymentCheck(id="p-1", order_id=2), 0)
@@ -133,6 +143,17 @@ async def test_every_script_call_of_the_core_flow_touches_one_slot(
             while sorted(set(payments.ids)) != ["doomed", "p-1"]:
                 await payments.wait_for(len(payments.deliveries) + 1)
         await timeouts.wait_for(40)
+        assert await service.enqueue(PaymentCheck(id="held", order_id=5), 0)
+        with anyio.fail_after(10):
+            await held_started.wait()
+
+        async def every_consumer_waits_in_redis() -> bool:
+            # One wait per OrderTimeout partition, and the PaymentCheck consumer's.
+            return await blocked_in(redis_client, "blmove") == 8 + 1
+
+        await wait_until(every_consumer_waits_in_redis)
+        release_held.set()
+        await payments.wait_for(len(payments.deliveries) + 1)
 
     ran = {name for name, _ in calls}
     assert ran >= SERVICE_SCRIPTS, f"not exercised: {SERVICE_SCRIPTS - ran}"

@@ -27,3 +27,20 @@ local function bury(schedule, events, dead_letters, dead_letter_times, id, envel
   redis.call('HSET', dead_letters, id, cjson.encode(envelope))
   redis.call('ZADD', dead_letter_times, now, id)
 end
+
+-- Deletes an event whose handler succeeded, only if it is still the delivered `version`: a
+-- replace that happened while the handler ran keeps the new version scheduled. Deleting a
+-- version twice is harmless, so callers may retry. Returns 1 if it deleted the event, else 0.
+local function acknowledge_delivery(schedule, events, id, version)
+  local raw = redis.call('HGET', events, id)
+  if not raw then
+    return 0
+  end
+  local ok, envelope = pcall(cjson.decode, raw)
+  if ok and type(envelope) == 'table' and tostring(envelope.version) == version then
+    redis.call('HDEL', events, id)
+    redis.call('ZREM', schedule, id)
+    return 1
+  end
+  return 0
+end

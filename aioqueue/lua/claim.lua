@@ -1,15 +1,29 @@
--- Takes up to `count` envelopes from a ready list for handlers that are free right now.
+-- Acknowledges finished events, then takes up to `count` envelopes from a ready list for
+-- handler slots that are free right now.
 -- KEYS[1] ready   KEYS[2] schedule   KEYS[3] events   KEYS[4] dead_letters
 -- KEYS[5] dead_letter_times
--- ARGV[1] count   ARGV[2] lease ms
+-- ARGV[1] count   ARGV[2] lease ms   ARGV[3...] pairs of (id, version) to acknowledge
+-- A consumer hands the slots of events it just finished to the events it takes next, and
+-- acknowledging them in the same call keeps it at its parallelism without a round trip of
+-- its own (see acknowledge_delivery in _prelude.lua).
 -- An envelope is handed out only if it is still byte-for-byte the stored one (plus its id,
 -- see delivery_of in _prelude.lua): an event that was cancelled, replaced or re-dispatched
--- since it was pushed is dropped here, so a stale copy never reaches a handler. Each claimed event's next attempt moves to `lease` ms from
--- now, so it cannot start again while this handler may still run.
--- Returns {server now ms, envelopes left in the ready list, envelope, envelope, ...}.
+-- since it was pushed is dropped here, so a stale copy never reaches a handler. Each claimed
+-- event's next attempt moves to `lease` ms from now, so it cannot start again while this
+-- handler may still run.
+-- Returns {server now ms, envelopes left in the ready list, events acknowledged, envelope,
+-- envelope, ...}.
 local now = server_time_ms()
 local lease = tonumber(ARGV[2])
-local result = {now, 0}
+local acknowledged = 0
+for i = 3, #ARGV, 2 do
+  acknowledged = acknowledged + acknowledge_delivery(KEYS[2], KEYS[3], ARGV[i], ARGV[i + 1])
+end
+local result = {now, 0, acknowledged}
+if tonumber(ARGV[1]) < 1 then
+  result[2] = redis.call('LLEN', KEYS[1])
+  return result
+end
 local popped = redis.call('LPOP', KEYS[1], ARGV[1])
 if not popped then
   return result

@@ -1,0 +1,159 @@
+"""Running a handler on one claimed delivery: decode, context, timeout, and failures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from ._acknowledger import SETTLE_TIMEOUT
+from ._config import ServiceConfig
+from ._envelope import Envelope, EnvelopeError
+from ._errors import PayloadDecodeError
+from ._event import Event, event_context
+from ._metrics import Outcome
+from ._recovery import REDIS_ERRORS, logger
+from ._store import QueueStore
+
+__all__ = ["Handler", "HandlerRunner", "Succeeded"]
+
+Handler = Callable[[Any], Awaitable[bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """A delivery whose handler returned True: it still has to be acknowledged."""
+
+    envelope: Envelope
+    duration: float
+    lateness: float
+
+
+class HandlerRunner:
+    """Runs one event type's handler on its deliveries.
+
+    Failures are settled here (retry or dead letter, through fail.lua); successes are handed
+    back, because how they are acknowledged is the consumer's business (see Consumer).
+    """
+
+    def __init__(
+        self, *, event_type: str, event_class: type[Event], handler: Handler, config: ServiceConfig
+    ) -> None:
+        self._event_type = event_type
+        self._event_class = event_class
+        self._handler = handler
+        self._config = config
+        # A callable object's repr can be long and changing; its class names it well enough.
+        self.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
+
+    async def run(
+        self, store: QueueStore, raw: bytes | str, claimed_at_ms: int
+    ) -> Succeeded | None:
+        """Handles one delivery; returns it if the handler succeeded, None if it was settled
+        as a failure here (or cannot be settled at all)."""
+        try:
+            envelope = Envelope.parse(raw, event_type=self._event_type)
+        except EnvelopeError as exc:
+            # dispatch.lua buries envelopes this would refuse, so only a disagreement between its
+            # checks and Envelope.parse lands here; unsettled, it is buried once its attempts
+            # run out.
+            logger.error("%s: unusable envelope %r: %s", self._event_type, raw, exc)
+            return None
+        lateness = max(0.0, (claimed_at_ms - envelope.due_at) / 1000)
+        try:
+            event = self._decode(envelope)
+        except PayloadDecodeError as exc:
+            logger.error(
+                "%s %r cannot be decoded, moving it to the dead letters: %s",
+                envelope.event_type,
+                envelope.id,
+                exc,
+            )
+            await self._settle_failure(store, envelope, str(exc), bury=True)
+            self.report("dead", envelope, duration=0.0, lateness=lateness)
+            return None
+        started = time.perf_counter()
+        with self._config.instrumentation.handling(
+            envelope.event_type, envelope.id, envelope.attempt, envelope.context
+        ) as handling:
+            error = await self._call_handler(event, envelope)
+            handling.finished(error)
+        duration = time.perf_counter() - started
+        if error is None:
+            return Succeeded(envelope, duration, lateness)
+        outcome = await self._settle_failure(store, envelope, error, bury=False)
+        self.report(outcome, envelope, duration=duration, lateness=lateness)
+        return None
+
+    def report_success(self, succeeded: Succeeded) -> None:
+        """Reports a success once it is acknowledged (or once acknowledging it failed)."""
+        self.report(
+            "ok", succeeded.envelope, duration=succeeded.duration, lateness=succeeded.lateness
+        )
+
+    def report(
+        self, outcome: Outcome, envelope: Envelope, *, duration: float, lateness: float
+    ) -> None:
+        self._config.metrics.event_handled(
+            envelope.event_type, outcome, duration=duration, lateness=lateness
+        )
+
+    def _decode(self, envelope: Envelope) -> Event:
+        if envelope.event_type != self._event_type:
+            raise PayloadDecodeError(
+                f"envelope names event type {envelope.event_type!r} "
+                f"but sits in the queue of {self._event_type!r}"
+            )
+        return self._config.serializer.decode(self._event_class, envelope.id, envelope.payload)
+
+    async def _call_handler(self, event: Event, envelope: Envelope) -> str | None:
+        """Runs the handler under its timeout; returns None on success, else the error text."""
+        timeout = self._config.handler_timeout
+        token = event_context.set(dict(envelope.context))
+        try:
+            with anyio.move_on_after(timeout) as deadline:
+                try:
+                    result = await self._handler(event)
+                except Exception as exc:
+                    logger.warning(
+                        "handler %s failed on %s %r (attempt %d)",
+                        self.handler_name,
+                        envelope.event_type,
+                        envelope.id,
+                        envelope.attempt,
+                        exc_info=True,
+                    )
+                    return f"{type(exc).__name__}: {exc}"
+        finally:
+            event_context.reset(token)
+        if deadline.cancelled_caught:
+            return f"handler {self.handler_name} timed out after {timeout:g} s"
+        if result is True:
+            return None
+        return f"handler {self.handler_name} returned {result!r}"
+
+    async def _settle_failure(
+        self, store: QueueStore, envelope: Envelope, error: str, *, bury: bool
+    ) -> Outcome:
+        delay = self._config.retry_policy.delay(envelope.attempt)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT):
+            try:
+                result = await store.fail(
+                    envelope,
+                    error,
+                    retry_delay_ms=max(0, round(delay * 1000)),
+                    max_attempts=self._config.retry_attempts,
+                    bury=bury,
+                )
+                return "dead" if result == "dead" else "failed"
+            except REDIS_ERRORS as exc:
+                logger.warning(
+                    "could not record the failure of %s %r; its pre-scheduled retry stands: %s",
+                    envelope.event_type,
+                    envelope.id,
+                    exc,
+                )
+        return "failed"
