@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._acknowledger import SETTLE_TIMEOUT, Acknowledger
 from ._config import ServiceConfig
@@ -35,7 +35,7 @@ class _Partition:
     """The taker's pending request for slots; handing it a success wakes it too."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
 class _Delivery:
     partition: _Partition
     raw: bytes | str
@@ -80,26 +80,25 @@ class Consumer:
 
     async def run(self) -> None:
         """Takes and handles events until stop_taking(), then waits for running handlers."""
-        # Never more deliveries than slots are in flight, so the buffer never fills.
-        send, receive = anyio.create_memory_object_stream[_Delivery](self._parallelism)
+        # An asyncio queue rather than an anyio memory stream: this hand-over happens for every
+        # event, and taking from a non-empty asyncio queue costs no task switch. It never holds
+        # more than `parallelism` deliveries, one per slot in use. None tells a worker to stop.
+        deliveries: asyncio.Queue[_Delivery | None] = asyncio.Queue()
         try:
-            with receive:
-                await self._take_and_work(send, receive)
+            async with anyio.create_task_group() as workers:
+                for _ in range(self._parallelism):
+                    workers.start_soon(self._work, deliveries)
+                try:
+                    with self._taking:
+                        async with anyio.create_task_group() as takers:
+                            for partition in self._partitions:
+                                takers.start_soon(self._take_events, partition, deliveries)
+                finally:
+                    # After what was claimed: the workers finish every claimed event first.
+                    for _ in range(self._parallelism):
+                        deliveries.put_nowait(None)
         finally:
             self._finished.set()
-
-    async def _take_and_work(
-        self, send: MemoryObjectSendStream[_Delivery], receive: MemoryObjectReceiveStream[_Delivery]
-    ) -> None:
-        async with anyio.create_task_group() as workers:
-            for _ in range(self._parallelism):
-                workers.start_soon(self._work, receive)
-            # Closing `send` once the takers are done lets the workers finish what was
-            # claimed and then stop.
-            with send, self._taking:
-                async with anyio.create_task_group() as takers:
-                    for partition in self._partitions:
-                        takers.start_soon(self._take_events, partition, send)
 
     def stop_taking(self) -> None:
         """Takes no more events; handlers already running go on."""
@@ -110,9 +109,9 @@ class Consumer:
 
     # -- workers ------------------------------------------------------------------------------
 
-    async def _work(self, deliveries: MemoryObjectReceiveStream[_Delivery]) -> None:
+    async def _work(self, deliveries: asyncio.Queue[_Delivery | None]) -> None:
         """Handles deliveries until the takers have stopped and every claimed one is handled."""
-        async for delivery in deliveries:
+        while (delivery := await deliveries.get()) is not None:
             partition = delivery.partition
             succeeded = await self._runner.run(
                 partition.store, delivery.raw, delivery.claimed_at_ms
@@ -144,7 +143,7 @@ class Consumer:
     # -- takers -------------------------------------------------------------------------------
 
     async def _take_events(
-        self, partition: _Partition, deliveries: MemoryObjectSendStream[_Delivery]
+        self, partition: _Partition, deliveries: asyncio.Queue[_Delivery | None]
     ) -> None:
         store = partition.store
         errors = ErrorBackoff(f"taking {store.event_type} events")
@@ -178,7 +177,7 @@ class Consumer:
                 if claimed.envelopes:
                     self._on_claimed(claimed.ready_left)
                 for raw in claimed.envelopes:
-                    deliveries.send_nowait(_Delivery(partition, raw, claimed.server_now_ms))
+                    deliveries.put_nowait(_Delivery(partition, raw, claimed.server_now_ms))
                 if count and not claimed.envelopes and not partition.succeeded:
                     await self._wait_for_ready(partition, errors)
         finally:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 __all__ = ["HandlingScope", "Instrumentation", "NoInstrumentation"]
@@ -33,8 +33,17 @@ class Instrumentation(Protocol):
 
 
 class _NoScope:
+    """The no-op handling scope, and its own context manager: one shared object, since a
+    handler call should not pay for a generator-based context manager that does nothing."""
+
     def finished(self, error: str | None) -> None:
         pass
+
+    def __enter__(self) -> HandlingScope:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
 
 
 _NO_SCOPE = _NoScope()
@@ -49,9 +58,4 @@ class NoInstrumentation:
     def handling(
         self, event_type: str, event_id: str, attempt: int, context: Mapping[str, str]
     ) -> AbstractContextManager[HandlingScope]:
-        return _no_handling()
-
-
-@contextmanager
-def _no_handling() -> Iterator[HandlingScope]:
-    yield _NO_SCOPE
+        return _NO_SCOPE
