@@ -85,18 +85,21 @@ class Consumer:
         # more than `parallelism` deliveries, one per slot in use. None tells a worker to stop.
         deliveries: asyncio.Queue[_Delivery | None] = asyncio.Queue()
         try:
-            async with anyio.create_task_group() as workers:
-                for _ in range(self._parallelism):
-                    workers.start_soon(self._work, deliveries)
-                try:
-                    with self._taking:
-                        async with anyio.create_task_group() as takers:
-                            for partition in self._partitions:
-                                takers.start_soon(self._take_events, partition, deliveries)
-                finally:
-                    # After what was claimed: the workers finish every claimed event first.
+            async with anyio.create_task_group() as timer:
+                timer.start_soon(self._runner.timeouts.run)
+                async with anyio.create_task_group() as workers:
                     for _ in range(self._parallelism):
-                        deliveries.put_nowait(None)
+                        workers.start_soon(self._work, deliveries)
+                    try:
+                        with self._taking:
+                            async with anyio.create_task_group() as takers:
+                                for partition in self._partitions:
+                                    takers.start_soon(self._take_events, partition, deliveries)
+                    finally:
+                        # After what was claimed: the workers finish every claimed event.
+                        for _ in range(self._parallelism):
+                            deliveries.put_nowait(None)
+                timer.cancel_scope.cancel()
         finally:
             self._finished.set()
 
@@ -111,10 +114,11 @@ class Consumer:
 
     async def _work(self, deliveries: asyncio.Queue[_Delivery | None]) -> None:
         """Handles deliveries until the takers have stopped and every claimed one is handled."""
+        lane = self._runner.timeouts.lane()
         while (delivery := await deliveries.get()) is not None:
             partition = delivery.partition
             succeeded = await self._runner.run(
-                partition.store, delivery.raw, delivery.claimed_at_ms
+                partition.store, delivery.raw, delivery.claimed_at_ms, lane
             )
             if succeeded is None:
                 self._slots.release(1)  # settled as a failure already

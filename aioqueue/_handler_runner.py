@@ -14,6 +14,7 @@ from ._config import ServiceConfig
 from ._envelope import Envelope, EnvelopeError
 from ._errors import PayloadDecodeError
 from ._event import Event, event_context
+from ._handler_timeouts import HandlerTimeouts, TimeoutLane
 from ._metrics import Outcome
 from ._recovery import REDIS_ERRORS, logger
 from ._store import QueueStore
@@ -46,14 +47,16 @@ class HandlerRunner:
         self._event_class = event_class
         self._handler = handler
         self._config = config
+        self.timeouts = HandlerTimeouts(config.handler_timeout)
         # A callable object's repr can be long and changing; its class names it well enough.
         self.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
 
     async def run(
-        self, store: QueueStore, raw: bytes | str, claimed_at_ms: int
+        self, store: QueueStore, raw: bytes | str, claimed_at_ms: int, lane: TimeoutLane
     ) -> Succeeded | None:
-        """Handles one delivery; returns it if the handler succeeded, None if it was settled
-        as a failure here (or cannot be settled at all)."""
+        """Handles one delivery in a worker's `lane` (see HandlerTimeouts, whose run() must
+        be running); returns the delivery if the handler succeeded, None if it was settled as
+        a failure here (or cannot be settled at all)."""
         try:
             envelope = Envelope.parse(raw, event_type=self._event_type)
         except EnvelopeError as exc:
@@ -79,7 +82,7 @@ class HandlerRunner:
         with self._config.instrumentation.handling(
             envelope.event_type, envelope.id, envelope.attempt, envelope.context
         ) as handling:
-            error = await self._call_handler(event, envelope)
+            error = await self._call_handler(event, envelope, lane)
             handling.finished(error)
         duration = time.perf_counter() - started
         if error is None:
@@ -109,12 +112,14 @@ class HandlerRunner:
             )
         return self._config.serializer.decode(self._event_class, envelope.id, envelope.payload)
 
-    async def _call_handler(self, event: Event, envelope: Envelope) -> str | None:
+    async def _call_handler(
+        self, event: Event, envelope: Envelope, lane: TimeoutLane
+    ) -> str | None:
         """Runs the handler under its timeout; returns None on success, else the error text."""
-        timeout = self._config.handler_timeout
         token = event_context.set(dict(envelope.context))
         try:
-            with anyio.move_on_after(timeout) as deadline:
+            with anyio.CancelScope() as deadline:
+                self.timeouts.start(lane, deadline)
                 try:
                     result = await self._handler(event)
                 except Exception as exc:
@@ -127,10 +132,12 @@ class HandlerRunner:
                         exc_info=True,
                     )
                     return f"{type(exc).__name__}: {exc}"
+                finally:
+                    self.timeouts.stop(lane)
         finally:
             event_context.reset(token)
         if deadline.cancelled_caught:
-            return f"handler {self.handler_name} timed out after {timeout:g} s"
+            return f"handler {self.handler_name} timed out after {self.timeouts.timeout:g} s"
         if result is True:
             return None
         return f"handler {self.handler_name} returned {result!r}"
