@@ -1,0 +1,58 @@
+"""Handler timeouts: one timer per consumer cuts every overdue call, whatever else runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from aioqueue import EventServiceBuilder
+from tests.support import PaymentCheck, Recorder, wait_until
+
+pytestmark = pytest.mark.backends("standalone", "cluster")
+
+Builder = Callable[[], EventServiceBuilder]
+
+
+async def test_a_hanging_handler_is_cut_at_its_timeout_while_others_keep_starting(
+    service_builder: Builder,
+) -> None:
+    """Calls that start later end later, so the timer never needs waking early: a stream of
+    quick calls behind a hanging one must not push its cut-off back."""
+    quick = Recorder()
+    cut: list[float] = []
+    started: dict[str, float] = {}
+    quick_started: list[float] = []
+
+    async def handle(event: PaymentCheck) -> bool:
+        if event.id == "hangs":
+            started.setdefault("hangs", time.monotonic())
+            try:
+                await anyio.sleep_forever()
+            finally:
+                if not cut:
+                    cut.append(time.monotonic() - started["hangs"])
+        quick_started.append(time.monotonic())
+        await anyio.sleep(0.01)
+        return await quick(event)
+
+    builder = service_builder().handler_timeout(0.3).retry_attempts(1)
+    async with builder.build() as service:
+        service.add_handler(PaymentCheck, handle, parallelism=3)
+        await service.enqueue(PaymentCheck(id="hangs", order_id=0), 0)
+        # 100 calls of 10 ms on the two other slots: they keep starting past the cut-off.
+        quick_events = [PaymentCheck(id=f"quick-{n}", order_id=n) for n in range(100)]
+        assert all(await service.enqueue_many(quick_events, 0))
+        await quick.wait_for(100)
+
+        async def hanging_call_is_dead() -> bool:
+            return bool(await service.dead_letters(PaymentCheck))
+
+        await wait_until(hanging_call_is_dead)
+        dead = await service.dead_letters(PaymentCheck)
+    assert [letter.id for letter in dead] == ["hangs"]
+    assert "timed out after 0.3 s" in dead[0].error
+    assert 0.29 <= cut[0] < 0.6
+    assert quick_started[-1] > started["hangs"] + 0.3  # quick calls did start past the cut
