@@ -125,12 +125,15 @@ class Dispatcher:
         return pause
 
     def _pause_after(self, result: DispatchResult) -> float:
-        taken = result.dispatched + result.buried
-        if result.limit < self._config.scheduling_batch_size and taken >= result.limit:
+        config = self._config
+        if result.dispatched + result.buried >= result.limit:
+            # As many as allowed: more may be due right now. Go on at once if the ready list
+            # has room for another whole batch; otherwise topping it up a few events at a
+            # time would cost a script call per claim, so wait until it drains.
+            if config.ready_capacity - result.ready_length >= config.scheduling_batch_size:
+                return 0.0
             self._ready_full = True
             return READY_FULL_PAUSE
-        if taken >= result.limit:
-            return 0.0  # a full batch: more may be due right now
         if result.earliest_due_ms is None:
             return self._config.scheduling_interval
         # Round up to the next millisecond so the pass after the sleep finds the event due.

@@ -34,6 +34,8 @@ class DispatchResult:
     """Due time of the earliest event left in the schedule, None when it is empty."""
     limit: int
     """How many events the call could take: the batch size, less if the ready list was full."""
+    ready_length: int
+    """Envelopes in the ready list after the call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +89,14 @@ class QueueStore:
         reply = await DISPATCH.run(
             self.client, keys, [batch_size, lease_ms, max_attempts, ready_capacity]
         )
-        dispatched, buried, now, earliest, limit = (int(value) for value in reply)
+        dispatched, buried, now, earliest, limit, ready_length = (int(value) for value in reply)
         return DispatchResult(
             dispatched=dispatched,
             buried=buried,
             server_now_ms=now,
             earliest_due_ms=None if earliest < 0 else earliest,
             limit=limit,
+            ready_length=ready_length,
         )
 
     async def claim(

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as redis
 
-from aioqueue import EventServiceBuilder, InvalidEnqueueError
+from aioqueue import EventServiceBuilder, InvalidEnqueueError, NoMetrics
 from aioqueue._keys import QueueLayout
-from tests.support import OrderTimeout, PaymentCheck, Recorder
+from tests.support import OrderTimeout, PaymentCheck, Recorder, queue_key, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -87,3 +87,30 @@ async def test_a_partitioned_type_spreads_over_its_partitions_and_delivers_once(
         await handler.wait_for(199)
     assert Counter(handler.ids) == Counter(f"p-{n}" for n in range(200) if n != 9)
     assert await redis_client.hget("aioqueue:types", "PaymentCheck") == b"4"
+
+
+async def test_the_largest_batches_go_through_the_scripts_in_chunks(
+    service_builder: Builder, redis_client: redis.Redis
+) -> None:
+    """A dispatch of the largest batch size and claims for thousands of free slots: the
+    scripts batch their commands, and Lua unpacks only about 8000 arguments at a time."""
+    handler = Recorder()
+    dispatched: list[int] = []
+
+    class CountingMetrics(NoMetrics):
+        def events_dispatched(self, event_type: str, count: int) -> None:
+            dispatched.append(count)
+
+    builder = service_builder().scheduling_batch_size(10_000).metrics(CountingMetrics())
+    async with builder.build() as service:
+        events = [PaymentCheck(id=f"p-{n}", order_id=n) for n in range(10_000)]
+        assert all(await service.enqueue_many(events, 0))
+        service.add_handler(PaymentCheck, handler, parallelism=5_000)
+        await handler.wait_for(10_000, within=30)
+
+        async def drained() -> bool:
+            return await redis_client.hlen(queue_key("PaymentCheck", "events")) == 0
+
+        await wait_until(drained)
+    assert Counter(handler.ids) == Counter(f"p-{n}" for n in range(10_000))
+    assert max(dispatched) == 10_000  # one dispatch call moved them all

@@ -28,19 +28,68 @@ local function bury(schedule, events, dead_letters, dead_letter_times, id, envel
   redis.call('ZADD', dead_letter_times, now, id)
 end
 
--- Deletes an event whose handler succeeded, only if it is still the delivered `version`: a
--- replace that happened while the handler ran keeps the new version scheduled. Deleting a
--- version twice is harmless, so callers may retry. Returns 1 if it deleted the event, else 0.
-local function acknowledge_delivery(schedule, events, id, version)
-  local raw = redis.call('HGET', events, id)
-  if not raw then
+-- The hot scripts batch their commands (one HMGET, HSET, ZADD... for a whole batch): each
+-- redis.call costs the script far more than the command itself. Lua unpacks only so many
+-- values at once (about 8000), so long argument lists go in chunks. Even, to keep pairs whole.
+local UNPACK_CHUNK = 4000
+
+-- redis.call(command, key, [option,] values...) in chunks; returns the sum of integer replies.
+local function call_chunked(command, key, values, option)
+  local total = 0
+  for i = 1, #values, UNPACK_CHUNK do
+    local last = math.min(i + UNPACK_CHUNK - 1, #values)
+    local reply
+    if option then
+      reply = redis.call(command, key, option, unpack(values, i, last))
+    else
+      reply = redis.call(command, key, unpack(values, i, last))
+    end
+    if type(reply) == 'number' then
+      total = total + reply
+    end
+  end
+  return total
+end
+
+-- HMGET of any number of fields: the values in order, false where a field is missing.
+local function hmget_all(key, fields)
+  local values = {}
+  for i = 1, #fields, UNPACK_CHUNK do
+    local last = math.min(i + UNPACK_CHUNK - 1, #fields)
+    local chunk = redis.call('HMGET', key, unpack(fields, i, last))
+    for _, value in ipairs(chunk) do
+      values[#values + 1] = value
+    end
+  end
+  return values
+end
+
+-- Deletes events whose handlers succeeded, each only if it is still the delivered version:
+-- a replace that happened while the handler ran keeps the new version scheduled. Deleting a
+-- version twice is harmless, so callers may retry. `pairs` holds id, version, id, version...
+-- from index `first` on (versions as strings). Returns how many events it deleted.
+local function acknowledge_deliveries(schedule, events, pairs, first)
+  local ids, versions = {}, {}
+  for i = first, #pairs, 2 do
+    ids[#ids + 1] = pairs[i]
+    versions[#versions + 1] = pairs[i + 1]
+  end
+  if #ids == 0 then
     return 0
   end
-  local ok, envelope = pcall(cjson.decode, raw)
-  if ok and type(envelope) == 'table' and tostring(envelope.version) == version then
-    redis.call('HDEL', events, id)
-    redis.call('ZREM', schedule, id)
-    return 1
+  local stored = hmget_all(events, ids)
+  local finished = {}
+  for i, raw in ipairs(stored) do
+    if raw then
+      local ok, envelope = pcall(cjson.decode, raw)
+      if ok and type(envelope) == 'table' and tostring(envelope.version) == versions[i] then
+        finished[#finished + 1] = ids[i]
+      end
+    end
   end
-  return 0
+  if #finished == 0 then
+    return 0
+  end
+  call_chunked('ZREM', schedule, finished)
+  return call_chunked('HDEL', events, finished)
 end

@@ -5,7 +5,7 @@
 -- ARGV[1] count   ARGV[2] lease ms   ARGV[3...] pairs of (id, version) to acknowledge
 -- A consumer hands the slots of events it just finished to the events it takes next, and
 -- acknowledging them in the same call keeps it at its parallelism without a round trip of
--- its own (see acknowledge_delivery in _prelude.lua).
+-- its own (see acknowledge_deliveries in _prelude.lua).
 -- An envelope is handed out only if it is still byte-for-byte the stored one (plus its id,
 -- see delivery_of in _prelude.lua): an event that was cancelled, replaced or re-dispatched
 -- since it was pushed is dropped here, so a stale copy never reaches a handler. Each claimed
@@ -15,11 +15,7 @@
 -- envelope, ...}.
 local now = server_time_ms()
 local lease = tonumber(ARGV[2])
-local acknowledged = 0
-for i = 3, #ARGV, 2 do
-  acknowledged = acknowledged + acknowledge_delivery(KEYS[2], KEYS[3], ARGV[i], ARGV[i + 1])
-end
-local result = {now, 0, acknowledged}
+local result = {now, 0, acknowledge_deliveries(KEYS[2], KEYS[3], ARGV, 3)}
 if tonumber(ARGV[1]) < 1 then
   result[2] = redis.call('LLEN', KEYS[1])
   return result
@@ -29,19 +25,32 @@ if not popped then
   return result
 end
 result[2] = redis.call('LLEN', KEYS[1])
+local ids, deliveries = {}, {}
 for _, raw in ipairs(popped) do
   local ok, envelope = pcall(cjson.decode, raw)
   if ok and type(envelope) == 'table' and type(envelope.id) == 'string' then
-    local stored = redis.call('HGET', KEYS[3], envelope.id)
-    if stored and delivery_of(envelope.id, stored) == raw then
-      redis.call('ZADD', KEYS[2], 'XX', now + lease, envelope.id)
-      result[#result + 1] = raw
-    end
+    ids[#ids + 1] = envelope.id
+    deliveries[#deliveries + 1] = raw
   else
     -- Not ours to interpret, but never dropped silently.
     local id = 'unreadable:' .. redis.sha1hex(raw)
     bury(KEYS[2], KEYS[3], KEYS[4], KEYS[5], id, {id = id, raw = raw},
       'ready list entry is not a valid envelope', now)
   end
+end
+if #ids == 0 then
+  return result
+end
+local stored = hmget_all(KEYS[3], ids)
+local leases = {}
+for i, raw in ipairs(deliveries) do
+  if stored[i] and delivery_of(ids[i], stored[i]) == raw then
+    leases[#leases + 1] = now + lease
+    leases[#leases + 1] = ids[i]
+    result[#result + 1] = raw
+  end
+end
+if #leases > 0 then
+  call_chunked('ZADD', KEYS[2], leases, 'XX')
 end
 return result

@@ -5,8 +5,9 @@
 -- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
 -- lost worker only delays the event) and push its delivery (the envelope with its id). An
 -- event that already had all its attempts goes to the dead-letter set instead.
--- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit}; limit is how
--- many events this call was allowed to take (batch size, less when the ready list is full).
+-- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit, ready length};
+-- limit is how many events this call was allowed to take (batch size, less when the ready
+-- list is full), ready length the length of the ready list after the call.
 
 -- Why a decoded envelope cannot be delivered, or nil. A consumer cannot settle an envelope
 -- without a version, nor claim one whose id is not its field, so without this check such an
@@ -44,16 +45,26 @@ local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
 -- The ready list is bounded: when consumers fall behind, events wait in the schedule
 -- (where attempts are not spent) rather than in the list.
-local limit = math.min(tonumber(ARGV[1]), tonumber(ARGV[4]) - redis.call('LLEN', KEYS[3]))
+local ready_length = redis.call('LLEN', KEYS[3])
+local limit = math.min(tonumber(ARGV[1]), tonumber(ARGV[4]) - ready_length)
 local dispatched, buried = 0, 0
+local due = {}
 if limit > 0 then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+end
+if #due > 0 then
+  local ids = {}
   for i = 1, #due, 2 do
-    local id = due[i]
-    local raw = redis.call('HGET', KEYS[2], id)
+    ids[#ids + 1] = due[i]
+  end
+  -- One HMGET, and below one HSET, ZADD and RPUSH, for the whole batch (see call_chunked).
+  local stored = hmget_all(KEYS[2], ids)
+  local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
+  for n, id in ipairs(ids) do
+    local raw = stored[n]
     if not raw then
       -- A schedule entry without an event (written by hand): nothing to deliver.
-      redis.call('ZREM', KEYS[1], id)
+      orphans[#orphans + 1] = id
     else
       local ok, envelope = pcall(cjson.decode, raw)
       local problem = nil
@@ -80,15 +91,25 @@ if limit > 0 then
         else
           envelope.id = nil  -- stored without it; the delivery puts it back in front
           envelope.attempt = attempt + 1
-          envelope.due_at = tonumber(due[i + 1])
+          envelope.due_at = tonumber(due[2 * n])
           local encoded = cjson.encode(envelope)
-          redis.call('HSET', KEYS[2], id, encoded)
-          redis.call('ZADD', KEYS[1], now + lease, id)
-          redis.call('RPUSH', KEYS[3], delivery_of(id, encoded))
-          dispatched = dispatched + 1
+          rewritten[#rewritten + 1] = id
+          rewritten[#rewritten + 1] = encoded
+          leases[#leases + 1] = now + lease
+          leases[#leases + 1] = id
+          deliveries[#deliveries + 1] = delivery_of(id, encoded)
         end
       end
     end
+  end
+  if #orphans > 0 then
+    call_chunked('ZREM', KEYS[1], orphans)
+  end
+  if #deliveries > 0 then
+    call_chunked('HSET', KEYS[2], rewritten)
+    call_chunked('ZADD', KEYS[1], leases)
+    call_chunked('RPUSH', KEYS[3], deliveries)
+    dispatched = #deliveries
   end
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -96,4 +117,4 @@ local earliest = -1
 if first[2] then
   earliest = tonumber(first[2])
 end
-return {dispatched, buried, now, earliest, limit}
+return {dispatched, buried, now, earliest, limit, ready_length + dispatched}
