@@ -14,7 +14,7 @@ from ._event import Event
 from ._handler_runner import Handler, HandlerRunner, Succeeded
 from ._recovery import REDIS_ERRORS, ErrorBackoff
 from ._slots import SlotPool, SlotRequest
-from ._store import QueueStore
+from ._store import Claimed, QueueStore
 
 __all__ = ["Consumer"]
 
@@ -161,14 +161,7 @@ class Consumer:
                 # (acknowledged first), and those partitions have their turn.
                 count = granted if self._slots.contended else granted + len(succeeded)
                 try:
-                    # Shielded: a claim that returned must reach a handler. Cancelling it
-                    # halfway would leave its events leased and late by a handler timeout.
-                    with anyio.CancelScope(shield=True), anyio.fail_after(SETTLE_TIMEOUT):
-                        claimed = await store.claim(
-                            count,
-                            lease_ms=self._config.lease_ms,
-                            acknowledge=[success.envelope for success in succeeded],
-                        )
+                    claimed = await self._claim(store, count, succeeded)
                 except (*REDIS_ERRORS, TimeoutError) as exc:
                     self._slots.release(granted)
                     await self._acknowledge_apart(partition, succeeded)
@@ -188,6 +181,19 @@ class Consumer:
             partition.carries_acknowledgements = False
             succeeded, partition.succeeded = partition.succeeded, []
             await self._acknowledge_apart(partition, succeeded)
+
+    async def _claim(self, store: QueueStore, count: int, succeeded: list[Succeeded]) -> Claimed:
+        # Shielded: a claim that returned must reach a handler. Cancelling it halfway would
+        # leave its events leased and late by a handler timeout. One scope does both the
+        # shield and the time limit: this runs for every batch.
+        deadline = anyio.current_time() + SETTLE_TIMEOUT
+        with anyio.CancelScope(shield=True, deadline=deadline):
+            return await store.claim(
+                count,
+                lease_ms=self._config.lease_ms,
+                acknowledge=[success.envelope for success in succeeded],
+            )
+        raise TimeoutError(f"claim: no answer within {SETTLE_TIMEOUT:g} s")
 
     async def _wait_for_slots(self, partition: _Partition) -> int:
         """Waits until slots are free or successes are waiting to be carried; returns the

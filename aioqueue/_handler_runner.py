@@ -24,7 +24,7 @@ __all__ = ["Handler", "HandlerRunner", "Succeeded"]
 Handler = Callable[[Any], Awaitable[bool]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
 class Succeeded:
     """A delivery whose handler returned True: it still has to be acknowledged."""
 

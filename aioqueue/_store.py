@@ -11,7 +11,7 @@ from ._envelope import Envelope, text
 from ._keys import QueueKeys
 from ._scripts import ACKNOWLEDGE, CANCEL, CLAIM, DISPATCH, ENQUEUE, FAIL, REQUEUE
 
-__all__ = ["DispatchResult", "EnqueueItem", "QueueStore", "Requeued"]
+__all__ = ["Claimed", "DispatchResult", "EnqueueItem", "QueueStore", "Requeued"]
 
 
 @dataclass(frozen=True, slots=True)

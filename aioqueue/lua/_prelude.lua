@@ -15,6 +15,22 @@ local function delivery_of(id, stored)
   return '{"id":' .. cjson.encode(id) .. ',' .. string.sub(stored, 2)
 end
 
+-- The id of a delivery, or nil if `raw` is not a JSON object with a string id. Deliveries
+-- start with the id (see delivery_of), and an id that JSON leaves unescaped is read from
+-- there without decoding the whole envelope; claim.lua compares the delivery with the
+-- stored envelope afterwards, so a misread id could only make a delivery look stale.
+local function delivery_id(raw)
+  local id = string.match(raw, '^{"id":"([^"\\/%c]*)",')
+  if id then
+    return id
+  end
+  local ok, envelope = pcall(cjson.decode, raw)
+  if ok and type(envelope) == 'table' and type(envelope.id) == 'string' then
+    return envelope.id
+  end
+  return nil
+end
+
 -- Moves one event out of the queue into the dead-letter set, keeping its envelope and
 -- the reason. Nothing leaves a queue silently: every removal other than success or
 -- cancel goes through here. Dead letters carry their id, so each one reads on its own.

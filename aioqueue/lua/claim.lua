@@ -27,9 +27,9 @@ end
 result[2] = redis.call('LLEN', KEYS[1])
 local ids, deliveries = {}, {}
 for _, raw in ipairs(popped) do
-  local ok, envelope = pcall(cjson.decode, raw)
-  if ok and type(envelope) == 'table' and type(envelope.id) == 'string' then
-    ids[#ids + 1] = envelope.id
+  local id = delivery_id(raw)
+  if id then
+    ids[#ids + 1] = id
     deliveries[#deliveries + 1] = raw
   else
     -- Not ours to interpret, but never dropped silently.
