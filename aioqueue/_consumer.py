@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -12,6 +11,7 @@ from ._acknowledger import SETTLE_TIMEOUT, Acknowledger
 from ._config import ServiceConfig
 from ._event import Event
 from ._handler_runner import Handler, HandlerRunner, Succeeded
+from ._handoff import Handoff
 from ._recovery import REDIS_ERRORS, ErrorBackoff
 from ._slots import SlotPool, SlotRequest
 from ._store import Claimed, QueueStore
@@ -80,10 +80,9 @@ class Consumer:
 
     async def run(self) -> None:
         """Takes and handles events until stop_taking(), then waits for running handlers."""
-        # An asyncio queue rather than an anyio memory stream: this hand-over happens for every
-        # event, and taking from a non-empty asyncio queue costs no task switch. It never holds
-        # more than `parallelism` deliveries, one per slot in use. None tells a worker to stop.
-        deliveries: asyncio.Queue[_Delivery | None] = asyncio.Queue()
+        # Never more than `parallelism` deliveries wait in it, one per slot in use. None tells
+        # a worker to stop.
+        deliveries: Handoff[_Delivery | None] = Handoff()
         try:
             async with anyio.create_task_group() as timer:
                 timer.start_soon(self._runner.timeouts.run)
@@ -98,7 +97,7 @@ class Consumer:
                     finally:
                         # After what was claimed: the workers finish every claimed event.
                         for _ in range(self._parallelism):
-                            deliveries.put_nowait(None)
+                            deliveries.put(None)
                 timer.cancel_scope.cancel()
         finally:
             self._finished.set()
@@ -112,7 +111,7 @@ class Consumer:
 
     # -- workers ------------------------------------------------------------------------------
 
-    async def _work(self, deliveries: asyncio.Queue[_Delivery | None]) -> None:
+    async def _work(self, deliveries: Handoff[_Delivery | None]) -> None:
         """Handles deliveries until the takers have stopped and every claimed one is handled."""
         lane = self._runner.timeouts.lane()
         while (delivery := await deliveries.get()) is not None:
@@ -147,7 +146,7 @@ class Consumer:
     # -- takers -------------------------------------------------------------------------------
 
     async def _take_events(
-        self, partition: _Partition, deliveries: asyncio.Queue[_Delivery | None]
+        self, partition: _Partition, deliveries: Handoff[_Delivery | None]
     ) -> None:
         store = partition.store
         errors = ErrorBackoff(f"taking {store.event_type} events")
@@ -174,7 +173,7 @@ class Consumer:
                 if claimed.envelopes:
                     self._on_claimed(claimed.ready_left)
                 for raw in claimed.envelopes:
-                    deliveries.put_nowait(_Delivery(partition, raw, claimed.server_now_ms))
+                    deliveries.put(_Delivery(partition, raw, claimed.server_now_ms))
                 if count and not claimed.envelopes and not partition.succeeded:
                     await self._wait_for_ready(partition, errors)
         finally:
