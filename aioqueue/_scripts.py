@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -37,7 +38,9 @@ class LuaScript:
         self.source = script_source(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
-    async def run(self, client: RedisClient, keys: list[str], args: list[str | int]) -> Any:
+    async def run(
+        self, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
+    ) -> Any:
         await ensure_slot_map(client)
         try:
             return await client.evalsha(self.sha, len(keys), *keys, *args)

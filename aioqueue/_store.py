@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
+import orjson
+
 from ._client import RedisClient, blocking_wait_limit, ensure_slot_map
 from ._envelope import Envelope, text
 from ._keys import QueueKeys
@@ -106,7 +108,10 @@ class QueueStore:
         from the ready list (never blocks), in one atomic call."""
         k = self.keys
         keys = [k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times]
-        reply = await CLAIM.run(self.client, keys, [count, lease_ms, *_versions(acknowledge)])
+        args: list[str | int | bytes] = [count, lease_ms]
+        if acknowledge:
+            args.append(orjson.dumps(_versions(acknowledge)))
+        reply = await CLAIM.run(self.client, keys, args)
         return Claimed(
             server_now_ms=int(reply[0]),
             ready_left=int(reply[1]),

@@ -3,10 +3,11 @@ coming soon."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from aioqueue import EventServiceBuilder
@@ -20,7 +21,7 @@ Builder = Callable[[], EventServiceBuilder]
 EVENTS = queue_key("PaymentCheck", "events")
 SCHEDULE = queue_key("PaymentCheck", "schedule")
 
-ScriptCall = tuple[str, list[str | int]]
+ScriptCall = tuple[str, list[str | int | bytes]]
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
     original_run = LuaScript.run
 
     async def recording_run(
-        script: LuaScript, client: RedisClient, keys: list[str], args: list[str | int]
+        script: LuaScript, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
     ) -> Any:
         calls.append((script.name, list(args)))
         return await original_run(script, client, keys, args)
@@ -40,12 +41,16 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
 
 
 def acknowledged_ids(calls: list[ScriptCall], script: str) -> list[str]:
-    """Ids that calls of `script` acknowledged: claim.lua's (id, version) pairs follow its two
-    arguments, acknowledge.lua has nothing but pairs."""
-    first = 2 if script == "claim" else 0
-    return [
-        str(args[i]) for name, args in calls if name == script for i in range(first, len(args), 2)
-    ]
+    """Ids that calls of `script` acknowledged: claim.lua takes them as a JSON array of (id,
+    version) pairs after its two arguments, acknowledge.lua as plain pairs."""
+    ids: list[str] = []
+    for name, args in calls:
+        if name == script == "claim" and len(args) > 2:
+            assert isinstance(args[2], bytes)
+            ids += orjson.loads(args[2])[::2]
+        elif name == script == "acknowledge":
+            ids += [str(arg) for arg in args[::2]]
+    return ids
 
 
 async def drained(client: RedisClient) -> bool:

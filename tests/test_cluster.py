@@ -11,7 +11,7 @@ import dataclasses
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -93,7 +93,7 @@ async def test_every_script_call_of_the_core_flow_touches_one_slot(
     original_run = LuaScript.run
 
     async def recording_run(
-        script: LuaScript, client: RedisClient, keys: list[str], args: list[str | int]
+        script: LuaScript, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
     ) -> Any:
         calls.append((script.name, list(keys)))
         return await original_run(script, client, keys, args)

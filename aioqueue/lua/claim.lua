@@ -2,7 +2,9 @@
 -- handler slots that are free right now.
 -- KEYS[1] ready   KEYS[2] schedule   KEYS[3] events   KEYS[4] dead_letters
 -- KEYS[5] dead_letter_times
--- ARGV[1] count   ARGV[2] lease ms   ARGV[3...] pairs of (id, version) to acknowledge
+-- ARGV[1] count   ARGV[2] lease ms   ARGV[3] (optional) the deliveries to acknowledge: one
+-- JSON array [id, version, id, version, ...], versions as strings. One argument rather than
+-- two per event, because a client packs every argument of every call in Python.
 -- A consumer hands the slots of events it just finished to the events it takes next, and
 -- acknowledging them in the same call keeps it at its parallelism without a round trip of
 -- its own (see acknowledge_deliveries in _prelude.lua).
@@ -15,7 +17,11 @@
 -- envelope, ...}.
 local now = server_time_ms()
 local lease = tonumber(ARGV[2])
-local result = {now, 0, acknowledge_deliveries(KEYS[2], KEYS[3], ARGV, 3)}
+local acknowledged = 0
+if ARGV[3] then
+  acknowledged = acknowledge_deliveries(KEYS[2], KEYS[3], cjson.decode(ARGV[3]), 1)
+end
+local result = {now, 0, acknowledged}
 if tonumber(ARGV[1]) < 1 then
   result[2] = redis.call('LLEN', KEYS[1])
   return result
