@@ -44,14 +44,11 @@ class Envelope:
         states a type keeps it, so a mismatch can be caught.
         """
         fields = _load(raw)
-        fields.setdefault("type", event_type)
-        if event_id is not None:
-            fields.setdefault("id", event_id)
         try:
             return cls(
-                id=_str(fields, "id"),
-                event_type=_str(fields, "type"),
-                payload=_str(fields, "payload"),
+                id=_str(fields.get("id", event_id), "id"),
+                event_type=_str(fields.get("type", event_type), "type"),
+                payload=_str(fields.get("payload"), "payload"),
                 context=_context(fields),
                 attempt=int(fields["attempt"]),
                 version=int(fields["version"]),
@@ -112,16 +109,19 @@ def _load(raw: bytes | str) -> dict[str, Any]:
     return fields
 
 
-def _str(fields: dict[str, Any], name: str) -> str:
-    value = fields[name]
-    if not isinstance(value, str):
+def _str(value: object, name: str) -> str:
+    # Runs several times per delivered event: `type() is` rather than isinstance, since JSON
+    # gives plain str only.
+    if type(value) is not str:
         raise TypeError(f"{name} must be a string")
     return value
 
 
 def _context(fields: dict[str, Any]) -> dict[str, str]:
     # Lua's cjson writes an empty table as {} (an object), so an empty context round-trips.
-    context = fields.get("context") or {}
-    if not isinstance(context, dict) or not all(isinstance(v, str) for v in context.values()):
+    context = fields.get("context")
+    if not context:
+        return {}
+    if type(context) is not dict or any(type(value) is not str for value in context.values()):
         raise TypeError("context must be an object of strings")
     return context

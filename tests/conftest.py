@@ -9,7 +9,8 @@ backend, with test ids ending in [standalone] and [cluster].
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._client import RedisClient, client_from_url
 from aioqueue._embedded_cluster import EmbeddedCluster
 from aioqueue._embedded_server import EmbeddedServer
+from aioqueue._scripts import LuaScript
 
 ServerFactory = Callable[..., EmbeddedServer]
 
@@ -122,6 +124,29 @@ def service_builder(redis_client: RedisClient) -> Callable[[], EventServiceBuild
         )
 
     return make
+
+
+@dataclass(frozen=True)
+class ScriptCall:
+    script: str
+    keys: list[str]
+    args: list[str | int | bytes]
+
+
+@pytest.fixture
+def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
+    """Every Lua script call the test's services make, in order."""
+    calls: list[ScriptCall] = []
+    original_run = LuaScript.run
+
+    async def recording_run(
+        script: LuaScript, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
+    ) -> Any:
+        calls.append(ScriptCall(script.name, list(keys), list(args)))
+        return await original_run(script, client, keys, args)
+
+    monkeypatch.setattr(LuaScript, "run", recording_run)
+    return calls
 
 
 pytest_plugins = ["tests.spark_fixtures"]

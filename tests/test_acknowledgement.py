@@ -3,8 +3,7 @@ coming soon."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import anyio
 import orjson
@@ -12,7 +11,7 @@ import pytest
 
 from aioqueue import EventServiceBuilder
 from aioqueue._client import RedisClient
-from aioqueue._scripts import LuaScript
+from tests.conftest import ScriptCall
 from tests.support import PaymentCheck, Recorder, blocked_in, queue_key, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -21,35 +20,17 @@ Builder = Callable[[], EventServiceBuilder]
 EVENTS = queue_key("PaymentCheck", "events")
 SCHEDULE = queue_key("PaymentCheck", "schedule")
 
-ScriptCall = tuple[str, list[str | int | bytes]]
-
-
-@pytest.fixture
-def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
-    """Every script call the services of the test make: (script name, arguments)."""
-    calls: list[ScriptCall] = []
-    original_run = LuaScript.run
-
-    async def recording_run(
-        script: LuaScript, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
-    ) -> Any:
-        calls.append((script.name, list(args)))
-        return await original_run(script, client, keys, args)
-
-    monkeypatch.setattr(LuaScript, "run", recording_run)
-    return calls
-
 
 def acknowledged_ids(calls: list[ScriptCall], script: str) -> list[str]:
     """Ids that calls of `script` acknowledged: claim.lua takes them as a JSON array of (id,
     version) pairs after its two arguments, acknowledge.lua as plain pairs."""
     ids: list[str] = []
-    for name, args in calls:
-        if name == script == "claim" and len(args) > 2:
-            assert isinstance(args[2], bytes)
-            ids += orjson.loads(args[2])[::2]
-        elif name == script == "acknowledge":
-            ids += [str(arg) for arg in args[::2]]
+    for call in calls:
+        if call.script == script == "claim" and len(call.args) > 2:
+            assert isinstance(call.args[2], bytes)
+            ids += orjson.loads(call.args[2])[::2]
+        elif call.script == script == "acknowledge":
+            ids += [str(arg) for arg in call.args[::2]]
     return ids
 
 

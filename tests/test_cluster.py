@@ -11,8 +11,7 @@ import dataclasses
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -23,7 +22,7 @@ from aioqueue import Event, EventService, EventServiceBuilder
 from aioqueue._client import RedisClient
 from aioqueue._embedded_cluster import EmbeddedCluster
 from aioqueue._keys import QueueKeys, QueueLayout
-from aioqueue._scripts import LuaScript
+from tests.conftest import ScriptCall
 from tests.support import OrderTimeout, PaymentCheck, Recorder, blocked_in, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
@@ -84,21 +83,11 @@ async def test_every_script_call_of_the_core_flow_touches_one_slot(
     service_builder: Builder,
     redis_client: RedisClient,
     redis_cluster: EmbeddedCluster,
-    monkeypatch: pytest.MonkeyPatch,
+    script_calls: list[ScriptCall],
 ) -> None:
     """Enqueue, replace, cancel, dispatch, claim, acknowledge, fail, dead letters and requeue,
     on a plain and on a partitioned type: every script call names keys of one slot, and the
     servers never answered CROSSSLOT."""
-    calls: list[tuple[str, list[str]]] = []
-    original_run = LuaScript.run
-
-    async def recording_run(
-        script: LuaScript, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
-    ) -> Any:
-        calls.append((script.name, list(keys)))
-        return await original_run(script, client, keys, args)
-
-    monkeypatch.setattr(LuaScript, "run", recording_run)
     failures_left = {"doomed": 2}
 
     def succeed_unless_doomed(event: Event) -> bool:
@@ -155,6 +144,7 @@ async def test_every_script_call_of_the_core_flow_touches_one_slot(
         release_held.set()
         await payments.wait_for(len(payments.deliveries) + 1)
 
+    calls = [(call.script, call.keys) for call in script_calls]
     ran = {name for name, _ in calls}
     assert ran >= SERVICE_SCRIPTS, f"not exercised: {SERVICE_SCRIPTS - ran}"
     for name, keys in calls:
