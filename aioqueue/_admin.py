@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
-from ._client import RedisClient
+from ._client import RedisClient, within_reply_timeout
 from ._dead_letters import DeadLetterRecord, newest_dead_letters
 from ._envelope import text
 from ._keys import QueueLayout
@@ -48,17 +48,17 @@ async def get_dead_letter(
     client: RedisClient, layout: QueueLayout, event_id: str
 ) -> DeadLetterRecord | None:
     keys = layout.keys_for(event_id)
-    raw = await client.hget(keys.dead_letters, event_id)
+    raw = await within_reply_timeout(client.hget(keys.dead_letters, event_id))
     if raw is None:
         return None
-    died_at = await client.zscore(keys.dead_letter_times, event_id)
+    died_at = await within_reply_timeout(client.zscore(keys.dead_letter_times, event_id))
     return DeadLetterRecord.parse(layout.event_type, raw, died_at or 0.0)
 
 
 async def count_dead_letters(client: RedisClient, layout: QueueLayout) -> int:
     total = 0
     for keys in layout.all_keys:
-        total += int(await client.hlen(keys.dead_letters))
+        total += int(await within_reply_timeout(client.hlen(keys.dead_letters)))
     return total
 
 
@@ -66,7 +66,10 @@ async def dead_letter_ids(client: RedisClient, layout: QueueLayout) -> list[str]
     """Every dead letter's id, oldest first within each partition (a snapshot)."""
     ids: list[str] = []
     for keys in layout.all_keys:
-        members = cast("list[bytes | str]", await client.zrange(keys.dead_letter_times, 0, -1))
+        members = cast(
+            "list[bytes | str]",
+            await within_reply_timeout(client.zrange(keys.dead_letter_times, 0, -1)),
+        )
         ids += [text(member) for member in members]
     return ids
 

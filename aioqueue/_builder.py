@@ -6,7 +6,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from ._client import RedisClient, client_from_url
+from ._client import RedisClient, service_client_from_url
 from ._config import ServiceConfig
 from ._durations import Duration, to_seconds
 from ._errors import ConfigurationError
@@ -182,7 +182,7 @@ class EventServiceBuilder:
             return self._factory(config, self._client, owns_client=False)
         if self._url is None:
             raise ConfigurationError("set a Redis connection with .client(...) or .url(...)")
-        client = _check(client_from_url, self._url, "url")
+        client = _check(service_client_from_url, self._url, "url")
         return self._factory(config, client, owns_client=True)
 
     def _seconds(self, name: str, low: float, high: float) -> float:

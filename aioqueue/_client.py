@@ -2,22 +2,57 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from collections.abc import Awaitable
+from typing import Any, TypeAlias, TypeVar
 
+import anyio
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["RedisClient", "blocking_wait_limit", "client_from_url", "ensure_slot_map"]
+__all__ = [
+    "REPLY_TIMEOUT",
+    "RedisClient",
+    "blocking_wait_limit",
+    "client_from_url",
+    "ensure_slot_map",
+    "service_client_from_url",
+    "within_reply_timeout",
+]
 
 RedisClient: TypeAlias = "Redis | RedisCluster"
+T = TypeVar("T")
+
+REPLY_TIMEOUT = 5.0
+"""Seconds aioqueue's service waits for Redis to answer one call (a blocking wait: beyond
+its own timeout) before it fails with redis.exceptions.TimeoutError."""
 
 
-def client_from_url(url: str) -> RedisClient:
-    """A client for `url`; `redis+cluster://` or `rediss+cluster://` selects Redis Cluster."""
+def client_from_url(url: str, **options: Any) -> RedisClient:
+    """A client for `url`; `redis+cluster://` or `rediss+cluster://` selects Redis Cluster.
+    Options given in the URL's query win over `options`."""
     for scheme in ("redis+cluster://", "rediss+cluster://"):
         if url.startswith(scheme):
-            return _SlotMapFirstCluster.from_url(url.replace("+cluster", "", 1))
-    return Redis.from_url(url)
+            return _SlotMapFirstCluster.from_url(url.replace("+cluster", "", 1), **options)
+    return Redis.from_url(url, **options)
+
+
+def service_client_from_url(url: str) -> RedisClient:
+    """The client a service makes from its URL: without redis-py's socket timeout (unless the
+    URL sets one), since every call the service makes has a deadline of its own (see
+    within_reply_timeout). On Python 3.11 that socket timeout wraps each command sent in an
+    extra task (asyncio.wait_for), which at thousands of events a second is a large share of
+    a consumer's time."""
+    return client_from_url(url, socket_timeout=None)
+
+
+async def within_reply_timeout(call: Awaitable[T], limit: float | None = None) -> T:
+    """Awaits one Redis call, failing as redis-py's socket timeout would if Redis does not
+    answer within `limit` seconds (default REPLY_TIMEOUT, looked up at each call)."""
+    seconds = REPLY_TIMEOUT if limit is None else limit
+    with anyio.move_on_after(seconds):
+        return await call
+    raise RedisTimeoutError(f"no reply from Redis within {seconds:g} s")
 
 
 class _SlotMapFirstCluster(RedisCluster):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from ._acknowledger import SETTLE_TIMEOUT, Acknowledger
+from ._acknowledger import Acknowledger
 from ._config import ServiceConfig
 from ._event import Event
 from ._handler_runner import Handler, HandlerRunner, Succeeded
@@ -161,7 +161,7 @@ class Consumer:
                 count = granted if self._slots.contended else granted + len(succeeded)
                 try:
                     claimed = await self._claim(store, count, succeeded)
-                except (*REDIS_ERRORS, TimeoutError) as exc:
+                except REDIS_ERRORS as exc:
                     self._slots.release(granted)
                     await self._acknowledge_apart(partition, succeeded)
                     await errors.sleep_after(exc)
@@ -183,16 +183,15 @@ class Consumer:
 
     async def _claim(self, store: QueueStore, count: int, succeeded: list[Succeeded]) -> Claimed:
         # Shielded: a claim that returned must reach a handler. Cancelling it halfway would
-        # leave its events leased and late by a handler timeout. One scope does both the
-        # shield and the time limit: this runs for every batch.
-        deadline = anyio.current_time() + SETTLE_TIMEOUT
-        with anyio.CancelScope(shield=True, deadline=deadline):
-            return await store.claim(
+        # leave its events leased and late by a handler timeout. (The script call has a
+        # deadline of its own, so a dead server cannot hold it forever.)
+        with anyio.CancelScope(shield=True):
+            claimed = await store.claim(
                 count,
                 lease_ms=self._config.lease_ms,
                 acknowledge=[success.envelope for success in succeeded],
             )
-        raise TimeoutError(f"claim: no answer within {SETTLE_TIMEOUT:g} s")
+        return claimed
 
     async def _wait_for_slots(self, partition: _Partition) -> int:
         """Waits until slots are free or successes are waiting to be carried; returns the

@@ -6,7 +6,7 @@ find all queues of a prefix without scanning the keyspace.
 
 from __future__ import annotations
 
-from ._client import RedisClient, ensure_slot_map
+from ._client import RedisClient, ensure_slot_map, within_reply_timeout
 from ._envelope import text
 from ._keys import QueueLayout
 
@@ -21,12 +21,13 @@ def registry_key(prefix: str) -> str:
 async def record_layout(client: RedisClient, layout: QueueLayout) -> None:
     # Often a service's first command, and concurrent enqueues all start here.
     await ensure_slot_map(client)
-    await client.hset(registry_key(layout.prefix), layout.event_type, str(layout.partitions))
+    record = client.hset(registry_key(layout.prefix), layout.event_type, str(layout.partitions))
+    await within_reply_timeout(record)
 
 
 async def known_layouts(client: RedisClient, prefix: str) -> list[QueueLayout]:
     """Every type recorded under `prefix`, sorted by name."""
-    entries = await client.hgetall(registry_key(prefix))
+    entries = await within_reply_timeout(client.hgetall(registry_key(prefix)))
     return sorted(
         (QueueLayout(prefix, text(name), int(partitions)) for name, partitions in entries.items()),
         key=lambda layout: layout.event_type,

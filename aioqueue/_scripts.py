@@ -9,7 +9,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from ._client import RedisClient, ensure_slot_map
+from ._client import RedisClient, ensure_slot_map, within_reply_timeout
 
 __all__ = ["LuaScript", "script_source"]
 
@@ -39,6 +39,13 @@ class LuaScript:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     async def run(
+        self, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
+    ) -> Any:
+        """Runs the script; fails with redis.exceptions.TimeoutError if Redis does not answer
+        within REPLY_TIMEOUT."""
+        return await within_reply_timeout(self._run(client, keys, args))
+
+    async def _run(
         self, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
     ) -> Any:
         await ensure_slot_map(client)

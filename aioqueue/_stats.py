@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ._client import RedisClient
+from ._client import RedisClient, within_reply_timeout
 from ._keys import QueueKeys, QueueLayout
 from ._registry import known_layouts
 from ._scripts import LuaScript
@@ -153,5 +153,5 @@ async def _read_partition(client: RedisClient, keys: QueueKeys, counts: _Counts)
 
 
 async def _server_time_ms(client: RedisClient) -> int:
-    seconds, microseconds = await client.time()
+    seconds, microseconds = await within_reply_timeout(client.time())
     return int(seconds) * 1000 + int(microseconds) // 1000

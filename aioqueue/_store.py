@@ -8,7 +8,13 @@ from typing import Literal, cast
 
 import orjson
 
-from ._client import RedisClient, blocking_wait_limit, ensure_slot_map
+from ._client import (
+    REPLY_TIMEOUT,
+    RedisClient,
+    blocking_wait_limit,
+    ensure_slot_map,
+    within_reply_timeout,
+)
 from ._envelope import Envelope, text
 from ._keys import QueueKeys
 from ._scripts import ACKNOWLEDGE, CANCEL, CLAIM, DISPATCH, ENQUEUE, FAIL, REQUEUE
@@ -130,13 +136,15 @@ class QueueStore:
         await ensure_slot_map(self.client)
         wait = blocking_wait_limit(self.client, timeout)
         # execute_command because redis-py types the timeout as int; Redis takes fractions.
-        await self.client.execute_command("BLMOVE", ready, ready, "LEFT", "RIGHT", wait)
+        move = self.client.execute_command("BLMOVE", ready, ready, "LEFT", "RIGHT", wait)
+        await within_reply_timeout(move, wait + REPLY_TIMEOUT)
 
     async def wait_for_wake_signal(self, timeout: float) -> bool:
         """Blocks until an enqueue (from any process) signals a sooner due time, or `timeout`."""
         await ensure_slot_map(self.client)
         wait = blocking_wait_limit(self.client, timeout)
-        return await self.client.execute_command("BLPOP", self.keys.wake, wait) is not None
+        pop = self.client.execute_command("BLPOP", self.keys.wake, wait)
+        return await within_reply_timeout(pop, wait + REPLY_TIMEOUT) is not None
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""
@@ -171,12 +179,16 @@ class QueueStore:
         """The newest `limit` dead letters as (stored envelope, died_at ms)."""
         newest = cast(
             "list[tuple[bytes | str, float]]",
-            await self.client.zrevrange(self.keys.dead_letter_times, 0, limit - 1, withscores=True),
+            await within_reply_timeout(
+                self.client.zrevrange(self.keys.dead_letter_times, 0, limit - 1, withscores=True)
+            ),
         )
         if not newest:
             return []
         ids = [event_id for event_id, _ in newest]
-        raws: list[bytes | str | None] = await self.client.hmget(self.keys.dead_letters, ids)
+        raws: list[bytes | str | None] = await within_reply_timeout(
+            self.client.hmget(self.keys.dead_letters, ids)
+        )
         return [
             (raw, died_at)
             for raw, (_, died_at) in zip(raws, newest, strict=True)

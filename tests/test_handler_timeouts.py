@@ -42,10 +42,11 @@ async def test_a_hanging_handler_is_cut_at_its_timeout_while_others_keep_startin
     async with builder.build() as service:
         service.add_handler(PaymentCheck, handle, parallelism=3)
         await service.enqueue(PaymentCheck(id="hangs", order_id=0), 0)
-        # 100 calls of 10 ms on the two other slots: they keep starting past the cut-off.
-        quick_events = [PaymentCheck(id=f"quick-{n}", order_id=n) for n in range(100)]
+        # 300 calls of 10 ms on the two other slots: they keep starting for about 1.5 s,
+        # long past the cut-off.
+        quick_events = [PaymentCheck(id=f"quick-{n}", order_id=n) for n in range(300)]
         assert all(await service.enqueue_many(quick_events, 0))
-        await quick.wait_for(100)
+        await quick.wait_for(300)
 
         async def hanging_call_is_dead() -> bool:
             return bool(await service.dead_letters(PaymentCheck))
@@ -54,5 +55,7 @@ async def test_a_hanging_handler_is_cut_at_its_timeout_while_others_keep_startin
         dead = await service.dead_letters(PaymentCheck)
     assert [letter.id for letter in dead] == ["hangs"]
     assert "timed out after 0.3 s" in dead[0].error
-    assert 0.29 <= cut[0] < 0.6
-    assert quick_started[-1] > started["hangs"] + 0.3  # quick calls did start past the cut
+    # Cut at its timeout, give or take a loaded machine; not pushed back by the quick calls,
+    # which went on starting for longer than that.
+    assert 0.29 <= cut[0] < 1.0
+    assert quick_started[-1] > started["hangs"] + 1.0
