@@ -11,6 +11,7 @@ from ._acknowledger import Acknowledger
 from ._config import ServiceConfig
 from ._event import Event
 from ._handler_runner import Handler, HandlerRunner, Succeeded
+from ._handler_timeouts import TimeoutLane
 from ._handoff import Handoff
 from ._recovery import REDIS_ERRORS, ErrorBackoff
 from ._slots import SlotPool, SlotRequest
@@ -114,6 +115,15 @@ class Consumer:
     async def _work(self, deliveries: Handoff[_Delivery | None]) -> None:
         """Handles deliveries until the takers have stopped and every claimed one is handled."""
         lane = self._runner.timeouts.lane()
+        while True:
+            with anyio.CancelScope() as lane.scope:
+                await self._work_in_lane(deliveries, lane)
+                return
+            # Only reached when the timeout cancelled the lane's scope (see HandlerTimeouts).
+            if await self._runner.settle_timeout(lane):
+                self._slots.release(1)
+
+    async def _work_in_lane(self, deliveries: Handoff[_Delivery | None], lane: TimeoutLane) -> None:
         while (delivery := await deliveries.get()) is not None:
             partition = delivery.partition
             succeeded = await self._runner.run(

@@ -24,6 +24,16 @@ __all__ = ["Handler", "HandlerRunner", "Succeeded"]
 Handler = Callable[[Any], Awaitable[bool]]
 
 
+@dataclass(slots=True)
+class _Call:
+    """A handler call running in a lane, with what settling it needs."""
+
+    store: QueueStore
+    envelope: Envelope
+    lateness: float
+    started: float
+
+
 @dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
 class Succeeded:
     """A delivery whose handler returned True: it still has to be acknowledged."""
@@ -79,10 +89,16 @@ class HandlerRunner:
             self.report("dead", envelope, duration=0.0, lateness=lateness)
             return None
         started = time.perf_counter()
+        call = _Call(store, envelope, lateness, started)
         with self._config.instrumentation.handling(
             envelope.event_type, envelope.id, envelope.attempt, envelope.context
         ) as handling:
-            error = await self._call_handler(event, envelope, lane)
+            try:
+                error = await self._call_handler(event, envelope, lane, call)
+            except BaseException:
+                if lane.call is call and lane.cut:  # the timeout (see settle_timeout)
+                    handling.finished(self._timed_out())
+                raise
             handling.finished(error)
         duration = time.perf_counter() - started
         if error is None:
@@ -90,6 +106,21 @@ class HandlerRunner:
         outcome = await self._settle_failure(store, envelope, error, bury=False)
         self.report(outcome, envelope, duration=duration, lateness=lateness)
         return None
+
+    async def settle_timeout(self, lane: TimeoutLane) -> bool:
+        """Settles the call that `lane`'s scope cut off, after the scope caught it; False if
+        no call was running (the cut arrived just after the call ended)."""
+        call: _Call | None = lane.call
+        self.timeouts.stop(lane)
+        if call is None:
+            return False
+        duration = time.perf_counter() - call.started
+        outcome = await self._settle_failure(call.store, call.envelope, self._timed_out())
+        self.report(outcome, call.envelope, duration=duration, lateness=call.lateness)
+        return True
+
+    def _timed_out(self) -> str:
+        return f"handler {self.handler_name} timed out after {self.timeouts.timeout:g} s"
 
     def report_success(self, succeeded: Succeeded) -> None:
         """Reports a success once it is acknowledged (or once acknowledging it failed)."""
@@ -113,37 +144,35 @@ class HandlerRunner:
         return self._config.serializer.decode(self._event_class, envelope.id, envelope.payload)
 
     async def _call_handler(
-        self, event: Event, envelope: Envelope, lane: TimeoutLane
+        self, event: Event, envelope: Envelope, lane: TimeoutLane, call: _Call
     ) -> str | None:
-        """Runs the handler under its timeout; returns None on success, else the error text."""
+        """Runs the handler in `lane` (whose scope the timeout cancels); returns None on
+        success, else the error text. A cut-off call ends in the lane's cancellation."""
         token = event_context.set(dict(envelope.context))
+        self.timeouts.start(lane, call)
         try:
-            with anyio.CancelScope() as deadline:
-                self.timeouts.start(lane, deadline)
-                try:
-                    result = await self._handler(event)
-                except Exception as exc:
-                    logger.warning(
-                        "handler %s failed on %s %r (attempt %d)",
-                        self.handler_name,
-                        envelope.event_type,
-                        envelope.id,
-                        envelope.attempt,
-                        exc_info=True,
-                    )
-                    return f"{type(exc).__name__}: {exc}"
-                finally:
-                    self.timeouts.stop(lane)
+            result = await self._handler(event)
+        except Exception as exc:
+            logger.warning(
+                "handler %s failed on %s %r (attempt %d)",
+                self.handler_name,
+                envelope.event_type,
+                envelope.id,
+                envelope.attempt,
+                exc_info=True,
+            )
+            self.timeouts.stop(lane)
+            return f"{type(exc).__name__}: {exc}"
+        else:
+            self.timeouts.stop(lane)
         finally:
             event_context.reset(token)
-        if deadline.cancelled_caught:
-            return f"handler {self.handler_name} timed out after {self.timeouts.timeout:g} s"
         if result is True:
             return None
         return f"handler {self.handler_name} returned {result!r}"
 
     async def _settle_failure(
-        self, store: QueueStore, envelope: Envelope, error: str, *, bury: bool
+        self, store: QueueStore, envelope: Envelope, error: str, *, bury: bool = False
     ) -> Outcome:
         delay = self._config.retry_policy.delay(envelope.attempt)
         with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT):

@@ -1,9 +1,10 @@
-"""Handler timeouts: one timer per consumer rather than one per handler call."""
+"""Handler timeouts: one timer per consumer and one cancel scope per worker, not per call."""
 
 from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import anyio
 
@@ -11,23 +12,30 @@ __all__ = ["HandlerTimeouts", "TimeoutLane"]
 
 
 class TimeoutLane:
-    """The handler call one worker is running, and when it must be cut off."""
+    """One worker's handler calls: the cancel scope the worker runs them in, the call running
+    now (None between calls) and when it must be cut off."""
 
-    __slots__ = ("deadline", "scope")
+    __slots__ = ("call", "cut", "deadline", "scope")
 
     def __init__(self) -> None:
         self.deadline = math.inf
         self.scope: anyio.CancelScope | None = None
+        self.call: Any = None
+        """What the worker needs to settle the running call if it is cut off."""
+        self.cut = False
+        """Whether the running call was cut off (its cancellation may be on its way)."""
 
 
 class HandlerTimeouts:
-    """Cancels handler calls that outlive the handler timeout.
+    """Cuts off handler calls that outlive the handler timeout.
 
-    A deadline per call (anyio's move_on_after) costs a loop timer per event, which at
-    thousands of events per second is a noticeable share of a consumer's time. Every call
-    gets the same timeout, so a call that starts later always ends later: one task that
-    wakes at the earliest deadline of the calls running, and otherwise every `timeout`,
-    never needs waking early, and a call only has to note when it started.
+    A deadline per call (anyio's move_on_after) costs a cancel scope and a loop timer per
+    event, a noticeable share of a consumer's time at thousands of events a second. Instead
+    each worker runs its calls inside one long-lived cancel scope (its lane's), and one task
+    cancels that scope when the running call is overdue; the worker then settles that call as
+    timed out and opens a new scope. Every call gets the same timeout, so a call that starts
+    later ends later: the task wakes at the earliest deadline of the calls running, and
+    otherwise every `timeout`, and never needs waking early.
     """
 
     def __init__(self, timeout: float) -> None:
@@ -39,15 +47,17 @@ class HandlerTimeouts:
         self._lanes.append(lane)
         return lane
 
-    def start(self, lane: TimeoutLane, scope: anyio.CancelScope) -> None:
-        """`scope` (entered around the handler call) is cancelled at the timeout."""
-        lane.scope = scope
+    def start(self, lane: TimeoutLane, call: Any) -> None:
+        """A call starts in `lane`: cut it off `timeout` from now."""
+        lane.call = call
+        lane.cut = False
         lane.deadline = time.monotonic() + self.timeout
 
     @staticmethod
     def stop(lane: TimeoutLane) -> None:
+        """The call ended (however): nothing in `lane` is to be cut off."""
         lane.deadline = math.inf
-        lane.scope = None
+        lane.call = None
 
     async def run(self) -> None:
         """Cuts off overdue calls until cancelled."""
@@ -56,9 +66,11 @@ class HandlerTimeouts:
             # A call starting after this pass ends no sooner than now + timeout.
             next_pass = now + self.timeout
             for lane in self._lanes:
-                if lane.deadline <= now and lane.scope is not None:
-                    lane.scope.cancel()
-                    self.stop(lane)
+                if lane.deadline <= now:
+                    lane.deadline = math.inf  # once: the scope stays cancelled
+                    lane.cut = True
+                    if lane.scope is not None:
+                        lane.scope.cancel()
                 else:
                     next_pass = min(next_pass, lane.deadline)
             # anyio's loop clock is monotonic too; sleeping a hair long is harmless.

@@ -42,11 +42,11 @@ async def test_a_hanging_handler_is_cut_at_its_timeout_while_others_keep_startin
     async with builder.build() as service:
         service.add_handler(PaymentCheck, handle, parallelism=3)
         await service.enqueue(PaymentCheck(id="hangs", order_id=0), 0)
-        # 300 calls of 10 ms on the two other slots: they keep starting for about 1.5 s,
-        # long past the cut-off.
-        quick_events = [PaymentCheck(id=f"quick-{n}", order_id=n) for n in range(300)]
+        # 600 calls of 10 ms on the other slots (all three once the hanging call is cut
+        # off): they keep starting for about 2 s, long past the cut-off.
+        quick_events = [PaymentCheck(id=f"quick-{n}", order_id=n) for n in range(600)]
         assert all(await service.enqueue_many(quick_events, 0))
-        await quick.wait_for(300)
+        await quick.wait_for(600)
 
         async def hanging_call_is_dead() -> bool:
             return bool(await service.dead_letters(PaymentCheck))
@@ -59,3 +59,33 @@ async def test_a_hanging_handler_is_cut_at_its_timeout_while_others_keep_startin
     # which went on starting for longer than that.
     assert 0.29 <= cut[0] < 1.0
     assert quick_started[-1] > started["hangs"] + 1.0
+
+
+async def test_one_worker_goes_on_after_cutting_off_calls_one_after_another(
+    service_builder: Builder,
+) -> None:
+    """A worker runs its calls in one cancel scope until the timeout cancels it; then it
+    settles the call, opens a new scope and goes on: two cut-offs in a row, then a success,
+    all on a single slot."""
+    succeeded = Recorder()
+
+    async def handle(event: PaymentCheck) -> bool:
+        if event.id.startswith("hangs"):
+            await anyio.sleep_forever()
+        return await succeeded(event)
+
+    builder = service_builder().handler_timeout(0.2).retry_attempts(1)
+    async with builder.build() as service:
+        service.add_handler(PaymentCheck, handle, parallelism=1)
+        for event_id in ("hangs-1", "hangs-2", "fine"):
+            await service.enqueue(PaymentCheck(id=event_id, order_id=0), 0)
+        await succeeded.wait_for(1)
+
+        async def both_dead() -> bool:
+            return len(await service.dead_letters(PaymentCheck)) == 2
+
+        await wait_until(both_dead)
+        dead = await service.dead_letters(PaymentCheck)
+    assert succeeded.ids == ["fine"]
+    assert sorted(letter.id for letter in dead) == ["hangs-1", "hangs-2"]
+    assert all("timed out after 0.2 s" in letter.error for letter in dead)
