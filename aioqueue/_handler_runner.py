@@ -90,16 +90,24 @@ class HandlerRunner:
             return None
         started = time.perf_counter()
         call = _Call(store, envelope, lateness, started)
-        with self._config.instrumentation.handling(
+        instrumented = self._config.instrumentation.handling(
             envelope.event_type, envelope.id, envelope.attempt, envelope.context
-        ) as handling:
-            try:
-                error = await self._call_handler(event, envelope, lane, call)
-            except BaseException:
-                if lane.call is call and lane.cut:  # the timeout (see settle_timeout)
-                    handling.finished(self._timed_out())
-                raise
-            handling.finished(error)
+        )
+        handling = instrumented.__enter__()
+        try:
+            error = await self._call_handler(event, envelope, lane, call)
+        except BaseException as exc:
+            if lane.call is call and lane.cut:
+                # Cut off by the timeout: for the instrumentation a failed attempt like any
+                # other, although the cancellation still has to reach the lane's scope (see
+                # settle_timeout), so it is not passed to the context manager as a crash.
+                handling.finished(self._timed_out())
+                instrumented.__exit__(None, None, None)
+            else:
+                instrumented.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        handling.finished(error)
+        instrumented.__exit__(None, None, None)
         duration = time.perf_counter() - started
         if error is None:
             return Succeeded(envelope, duration, lateness)

@@ -16,6 +16,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from aioqueue import Event, EventServiceBuilder, event_context
 from aioqueue.tracing import OpenTelemetryTracing
+from tests.support import wait_until
 
 Builder = Callable[[], EventServiceBuilder]
 
@@ -108,3 +109,30 @@ def test_missing_extra_names_the_install_command() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "pip install 'aioqueue[otel]'" in result.stdout, result.stderr
+
+
+async def test_a_handler_cut_off_by_its_timeout_ends_its_span_as_a_failed_attempt(
+    service_builder: Builder,
+) -> None:
+    provider, exporter = tracing()
+
+    async def hang(event: Shipment) -> bool:
+        await anyio.sleep_forever()
+        return True
+
+    builder = service_builder().handler_timeout(0.2).retry_attempts(1)
+    service = builder.instrumentation(OpenTelemetryTracing(provider)).build()
+    async with service:
+        service.add_handler(Shipment, hang)
+        await service.enqueue(Shipment(id="s-1"), 0)
+
+        async def dead() -> bool:
+            return bool(await service.dead_letters(Shipment))
+
+        await wait_until(dead)
+
+    [span] = [span for span in exporter.get_finished_spans() if span.name == "handle Shipment"]
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description is not None
+    assert span.status.description.endswith("hang timed out after 0.2 s")
+    assert not [event for event in span.events if event.name == "exception"]
