@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import orjson
 
@@ -51,8 +51,6 @@ class Claimed:
     server_now_ms: int
     ready_left: int
     """Envelopes still in the ready list after this claim."""
-    acknowledged: int
-    """How many of the finished events passed in were deleted (see acknowledge())."""
     envelopes: list[bytes | str]
 
 
@@ -119,10 +117,7 @@ class QueueStore:
             args.append(orjson.dumps(_versions(acknowledge)))
         reply = await CLAIM.run(self.client, keys, args)
         return Claimed(
-            server_now_ms=int(reply[0]),
-            ready_left=int(reply[1]),
-            acknowledged=int(reply[2]),
-            envelopes=list(reply[3:]),
+            server_now_ms=int(reply[0]), ready_left=int(reply[1]), envelopes=list(reply[2:])
         )
 
     async def wait_for_ready(self, timeout: float) -> None:
@@ -133,18 +128,20 @@ class QueueStore:
         envelopes only leave the list through claim.lua.
         """
         ready = self.keys.ready
-        await ensure_slot_map(self.client)
-        wait = blocking_wait_limit(self.client, timeout)
-        # execute_command because redis-py types the timeout as int; Redis takes fractions.
-        move = self.client.execute_command("BLMOVE", ready, ready, "LEFT", "RIGHT", wait)
-        await within_reply_timeout(move, wait + REPLY_TIMEOUT)
+        await self._blocking_wait(timeout, "BLMOVE", ready, ready, "LEFT", "RIGHT")
 
     async def wait_for_wake_signal(self, timeout: float) -> bool:
         """Blocks until an enqueue (from any process) signals a sooner due time, or `timeout`."""
+        return await self._blocking_wait(timeout, "BLPOP", self.keys.wake) is not None
+
+    async def _blocking_wait(self, timeout: float, *command: str) -> Any:
+        """Runs a blocking command whose last argument is its timeout, with a reply deadline
+        that long plus REPLY_TIMEOUT."""
         await ensure_slot_map(self.client)
         wait = blocking_wait_limit(self.client, timeout)
-        pop = self.client.execute_command("BLPOP", self.keys.wake, wait)
-        return await within_reply_timeout(pop, wait + REPLY_TIMEOUT) is not None
+        # execute_command because redis-py types the timeout as int; Redis takes fractions.
+        reply = self.client.execute_command(*command, wait)
+        return await within_reply_timeout(reply, wait + REPLY_TIMEOUT)
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""

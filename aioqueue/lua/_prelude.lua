@@ -82,13 +82,13 @@ end
 
 -- Deletes events whose handlers succeeded, each only if it is still the delivered version:
 -- a replace that happened while the handler ran keeps the new version scheduled. Deleting a
--- version twice is harmless, so callers may retry. `pairs` holds id, version, id, version...
--- from index `first` on (versions as strings). Returns how many events it deleted.
-local function acknowledge_deliveries(schedule, events, pairs, first)
+-- version twice is harmless, so callers may retry. `delivered` holds id, version, id,
+-- version... (versions as strings). Returns how many events it deleted.
+local function acknowledge_deliveries(schedule, events, delivered)
   local ids, versions = {}, {}
-  for i = first, #pairs, 2 do
-    ids[#ids + 1] = pairs[i]
-    versions[#versions + 1] = pairs[i + 1]
+  for i = 1, #delivered, 2 do
+    ids[#ids + 1] = delivered[i]
+    versions[#versions + 1] = delivered[i + 1]
   end
   if #ids == 0 then
     return 0

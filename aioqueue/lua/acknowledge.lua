@@ -2,4 +2,4 @@
 -- KEYS[1] schedule   KEYS[2] events
 -- ARGV: pairs of (id, version)
 -- Returns the number of events deleted.
-return acknowledge_deliveries(KEYS[1], KEYS[2], ARGV, 1)
+return acknowledge_deliveries(KEYS[1], KEYS[2], ARGV)

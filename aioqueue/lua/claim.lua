@@ -13,15 +13,13 @@
 -- since it was pushed is dropped here, so a stale copy never reaches a handler. Each claimed
 -- event's next attempt moves to `lease` ms from now, so it cannot start again while this
 -- handler may still run.
--- Returns {server now ms, envelopes left in the ready list, events acknowledged, envelope,
--- envelope, ...}.
+-- Returns {server now ms, envelopes left in the ready list, envelope, envelope, ...}.
 local now = server_time_ms()
 local lease = tonumber(ARGV[2])
-local acknowledged = 0
 if ARGV[3] then
-  acknowledged = acknowledge_deliveries(KEYS[2], KEYS[3], cjson.decode(ARGV[3]), 1)
+  acknowledge_deliveries(KEYS[2], KEYS[3], cjson.decode(ARGV[3]))
 end
-local result = {now, 0, acknowledged}
+local result = {now, 0}
 if tonumber(ARGV[1]) < 1 then
   result[2] = redis.call('LLEN', KEYS[1])
   return result
