@@ -6,10 +6,9 @@ async with service:
     await service.enqueue(PaymentCheck(id="p-1", order_id=42), timedelta(hours=3))
 """
 
-from ._builder import EventServiceBuilder
-from ._config import ServiceConfig
-from ._envelope import DeadLetter
-from ._errors import (
+from ._engine.envelope import DeadLetter
+from ._model.config import ServiceConfig
+from ._model.errors import (
     AioqueueError,
     ConfigurationError,
     EventDefinitionError,
@@ -20,12 +19,13 @@ from ._errors import (
     SerializationError,
     ServiceStateError,
 )
-from ._event import Event, event_context, event_type_name
-from ._instrumentation import HandlingScope, Instrumentation, NoInstrumentation
-from ._metrics import Metrics, NoMetrics, Outcome
-from ._retry import ExponentialBackoff, FixedDelays, RetryPolicy
-from ._serializer import JsonSerializer, Serializer
-from ._service import EventService, ServiceState
+from ._model.event import Event, event_context, event_type_name
+from ._model.instrumentation import HandlingScope, Instrumentation, NoInstrumentation
+from ._model.metrics import Metrics, NoMetrics, Outcome
+from ._model.retry import ExponentialBackoff, FixedDelays, RetryPolicy
+from ._model.serializer import JsonSerializer, Serializer
+from ._service.builder import EventServiceBuilder
+from ._service.service import EventService, ServiceState
 
 __all__ = [
     "AioqueueError",

@@ -31,9 +31,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "aioqueue.prometheus needs prometheus_client: pip install 'aioqueue[prometheus]'"
     ) from exc
 
-from aioqueue._client import RedisClient
-from aioqueue._metrics import Outcome
-from aioqueue._stats import QueueStats, read_stats
+from aioqueue._admin.stats import QueueStats, read_stats
+from aioqueue._engine.client import RedisClient
+from aioqueue._model.metrics import Outcome
 
 __all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "QUEUE_STATES", "PrometheusMetrics"]
 

@@ -22,7 +22,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "aioqueue.tracing needs opentelemetry-api: pip install 'aioqueue[otel]'"
     ) from exc
 
-from aioqueue._instrumentation import HandlingScope
+from aioqueue._model.instrumentation import HandlingScope
 
 __all__ = ["OpenTelemetryTracing"]
 

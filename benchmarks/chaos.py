@@ -5,7 +5,7 @@
     python benchmarks/chaos.py --no-faults  # the same load without faults: the baseline
 
 One embedded server (AOF on, `appendfsync everysec`), N worker processes (this script with
-`worker`) that reach it through aioqueue._testing_proxy.CuttingProxy, and one producer that
+`worker`) that reach it through aioqueue.testing.CuttingProxy, and one producer that
 schedules every event before the window opens. While events come due the driver
 
 - SIGKILLs a random worker every few seconds and starts a new one in its place,
@@ -51,9 +51,8 @@ from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aioqueue import Event, EventService, FixedDelays
-from aioqueue._embedded_server import EmbeddedServer
-from aioqueue._keys import QueueKeys
-from aioqueue._testing_proxy import CuttingProxy
+from aioqueue._engine.keys import QueueKeys
+from aioqueue.testing import CuttingProxy, EmbeddedServer
 
 SCRIPT = Path(__file__).resolve()
 REPO_ROOT = SCRIPT.parent.parent

@@ -36,7 +36,7 @@ from report import (
 )
 
 from aioqueue import EventService
-from aioqueue._embedded_server import EmbeddedServer
+from aioqueue.testing import EmbeddedServer
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent

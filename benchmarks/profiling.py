@@ -29,8 +29,8 @@ import redis
 from common import JsonDict, enqueue_due, parse_options, parse_result, reset_server
 from system_aioqueue import AioqueueSystem
 
-from aioqueue._embedded_server import EmbeddedServer
-from aioqueue._scripts import LuaScript
+from aioqueue._engine.scripts import LuaScript
+from aioqueue.testing import EmbeddedServer
 
 HERE = pathlib.Path(__file__).resolve().parent
 # Samples per second. py-spy pauses the process for each sample, so the profiled runs are a
@@ -91,7 +91,7 @@ BUCKETS = (
     ("redis/asyncio/connection.py", "redis-py: connection (send, connect, checks)"),
     ("redis/", "redis-py: client, pipeline, pool, retries"),
     ("anyio/", "anyio: task groups, cancel scopes, events"),
-    ("aioqueue/_serializer.py", "aioqueue: serializer (orjson)"),
+    ("aioqueue/_model/serializer.py", "aioqueue: serializer (orjson)"),
     ("aioqueue/", "aioqueue: {file}"),
     ("asyncio/", "asyncio: event loop, tasks, transports"),
     ("selectors.py", "asyncio: event loop, tasks, transports"),
@@ -101,12 +101,13 @@ BUCKETS = (
 )
 # Which part of aioqueue a sample works for: the outermost aioqueue frame's module.
 COMPONENTS = {
-    "_dispatcher.py": "dispatcher",
-    "_consumer.py": "consumer (claims, handlers, failures)",
-    "_acknowledger.py": "acknowledger",
-    "_watchdog.py": "loop watchdog (heartbeat task and thread)",
-    "_service.py": "service (enqueue, start, stop)",
-    "_producer.py": "service (enqueue, start, stop)",
+    "_delivery/dispatcher.py": "dispatcher",
+    "_delivery/consumer.py": "consumer (claims, handlers, failures)",
+    "_delivery/acknowledger.py": "acknowledger",
+    "_delivery/watchdog.py": "loop watchdog (heartbeat task and thread)",
+    "_service/service.py": "service (enqueue, start, stop)",
+    "_service/producing.py": "service (enqueue, start, stop)",
+    "_engine/producer.py": "service (enqueue, start, stop)",
 }
 LIBRARIES = ("aioqueue/", "redis/", "anyio/")
 # Native leaf frames that are the kernel moving bytes over the loopback socket.
@@ -200,7 +201,7 @@ def component_of(python: Sequence[tuple[str, str]]) -> str:
 
 
 def script_names() -> dict[str, str]:
-    import aioqueue._scripts as scripts
+    import aioqueue._engine.scripts as scripts
 
     return {
         value.sha: value.name for value in vars(scripts).values() if isinstance(value, LuaScript)

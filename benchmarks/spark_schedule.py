@@ -34,8 +34,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from aioqueue import Event, EventService
-from aioqueue._embedded_server import EmbeddedServer
 from aioqueue.spark import schedule_dataframe
+from aioqueue.testing import EmbeddedServer
 
 EVENT_TYPE = "BenchEvent"
 DELAY_S = 3600

@@ -35,9 +35,9 @@ from aioqueue import (
 
 # Not public API: the backlog scenario writes through the enqueue script the way
 # docs/wire-format.md tells other producers to, and times the dispatch script on its own.
-from aioqueue._keys import QueueKeys
-from aioqueue._scripts import script_source
-from aioqueue._store import QueueStore
+from aioqueue._engine.keys import QueueKeys
+from aioqueue._engine.scripts import script_source
+from aioqueue._engine.store import QueueStore
 
 ENQUEUE_MANY = "enqueue_many"
 # Events per enqueue_many call in the enqueue_many variant.

@@ -22,7 +22,7 @@ import anyio
 import redis.asyncio as redis
 
 from aioqueue import Event, EventService, ExponentialBackoff, NoMetrics, Outcome
-from aioqueue._embedded_server import EmbeddedServer
+from aioqueue.testing import EmbeddedServer
 
 ATTEMPTS = 4
 

@@ -16,7 +16,7 @@ import anyio
 import redis.asyncio as redis
 
 from aioqueue import Event, EventService, event_context
-from aioqueue._embedded_server import EmbeddedServer
+from aioqueue.testing import EmbeddedServer
 
 
 @dataclass

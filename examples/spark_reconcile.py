@@ -30,8 +30,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from aioqueue._embedded_server import EmbeddedServer
 from aioqueue.spark import ScheduleResult, schedule_dataframe
+from aioqueue.testing import EmbeddedServer
 
 
 def write_orders(spark: SparkSession, table: Path) -> None:

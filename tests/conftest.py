@@ -17,10 +17,9 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
-from aioqueue._client import RedisClient, client_from_url
-from aioqueue._embedded_cluster import EmbeddedCluster
-from aioqueue._embedded_server import EmbeddedServer
-from aioqueue._scripts import LuaScript
+from aioqueue._engine.client import RedisClient, client_from_url
+from aioqueue._engine.scripts import LuaScript
+from aioqueue.testing import EmbeddedCluster, EmbeddedServer
 
 ServerFactory = Callable[..., EmbeddedServer]
 

@@ -17,7 +17,7 @@ import httpx
 import orjson
 import redis.asyncio as redis
 
-from aioqueue._embedded_server import free_port
+from aioqueue.testing import free_port
 from tests.support import queue_key
 
 ROOT = Path(__file__).resolve().parent.parent

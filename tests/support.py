@@ -10,7 +10,7 @@ import anyio
 from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import Event, event_context
-from aioqueue._client import RedisClient
+from aioqueue._engine.client import RedisClient
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder, InvalidEnqueueError, NoMetrics
-from aioqueue._keys import QueueLayout
+from aioqueue._engine.keys import QueueLayout
 from tests.support import OrderTimeout, PaymentCheck, Recorder, queue_key, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

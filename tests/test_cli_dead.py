@@ -10,7 +10,7 @@ import orjson
 import redis.asyncio as redis
 
 from aioqueue import Event, EventServiceBuilder
-from aioqueue._stats import read_stats
+from aioqueue._admin.stats import read_stats
 from tests.ops_support import run_cli, stored_envelope
 from tests.support import queue_key, wait_until
 

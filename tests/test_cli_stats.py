@@ -1,4 +1,4 @@
-"""`aioqueue stats` and aioqueue._stats: each number matches the queue's real state."""
+"""`aioqueue stats` and aioqueue._admin.stats: each number matches the queue's real state."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import orjson
 import redis.asyncio as redis
 
 from aioqueue import Event, EventServiceBuilder, FixedDelays
-from aioqueue._stats import QueueStats, read_stats
+from aioqueue._admin.stats import QueueStats, read_stats
 from tests.ops_support import run_cli
 from tests.support import queue_key, wait_until
 

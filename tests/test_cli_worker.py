@@ -12,7 +12,7 @@ import anyio
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder
-from aioqueue._stats import read_stats
+from aioqueue._admin.stats import read_stats
 from tests.ops_support import ROOT, run_cli
 from tests.support import wait_until
 from tests.workers.slow_worker import Export

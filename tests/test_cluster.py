@@ -19,9 +19,9 @@ import redis.asyncio as redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from aioqueue import Event, EventService, EventServiceBuilder
-from aioqueue._client import RedisClient
-from aioqueue._embedded_cluster import EmbeddedCluster
-from aioqueue._keys import QueueKeys, QueueLayout
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.keys import QueueKeys, QueueLayout
+from aioqueue.testing import EmbeddedCluster
 from tests.conftest import ScriptCall
 from tests.support import OrderTimeout, PaymentCheck, Recorder, blocked_in, wait_until
 

@@ -23,9 +23,8 @@ from redis.crc import key_slot
 from redis.exceptions import RedisClusterException, RedisError
 
 from aioqueue import EventService, FixedDelays, ServiceState
-from aioqueue._embedded_cluster import EmbeddedCluster
-from aioqueue._embedded_server import EmbeddedServer
-from aioqueue._keys import QueueKeys
+from aioqueue._engine.keys import QueueKeys
+from aioqueue.testing import EmbeddedCluster, EmbeddedServer
 from tests.support import PaymentCheck, Recorder, wait_until
 
 KEYS = QueueKeys.for_type("aioqueue", "PaymentCheck")

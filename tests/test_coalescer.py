@@ -8,7 +8,7 @@ import anyio
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder
-from aioqueue._coalescer import Coalescer
+from aioqueue._engine.coalescer import Coalescer
 from tests.support import PaymentCheck
 
 Builder = Callable[[], EventServiceBuilder]

@@ -17,9 +17,9 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays, ServiceState
-from aioqueue._embedded_server import EmbeddedServer
-from aioqueue._envelope import Envelope
-from aioqueue._keys import QueueKeys
+from aioqueue._engine.envelope import Envelope
+from aioqueue._engine.keys import QueueKeys
+from aioqueue.testing import EmbeddedServer
 from tests.support import PaymentCheck, Recorder, wait_until
 
 ServerFactory = Callable[..., EmbeddedServer]

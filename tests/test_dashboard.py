@@ -25,8 +25,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from aioqueue import Event, EventServiceBuilder
-from aioqueue._embedded_server import EmbeddedServer
-from aioqueue._stats import read_stats
+from aioqueue._admin.stats import read_stats
+from aioqueue.testing import EmbeddedServer
 from tests.ops_support import ServedApp, serve, stored_envelope
 from tests.support import queue_key, wait_until
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as redis
 
-from aioqueue._embedded_server import (
+from aioqueue.testing import (
     EmbeddedServer,
     ServerNotFoundError,
     find_server_binary,

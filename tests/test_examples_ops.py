@@ -15,8 +15,8 @@ import httpx
 import redis.asyncio as redis
 
 from aioqueue import Event, EventServiceBuilder
-from aioqueue._embedded_server import free_port
-from aioqueue._stats import read_stats
+from aioqueue._admin.stats import read_stats
+from aioqueue.testing import free_port
 from tests.ops_support import ROOT, wait_for_http
 from tests.support import wait_until
 

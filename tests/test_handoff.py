@@ -7,7 +7,7 @@ import asyncio
 import anyio
 import pytest
 
-from aioqueue._handoff import Handoff
+from aioqueue._delivery.handoff import Handoff
 
 
 @pytest.mark.parametrize("pauses", [False, True])

@@ -14,8 +14,8 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import Event, EventServiceBuilder, event_context
-from aioqueue._embedded_server import EmbeddedServer
-from aioqueue._stats import read_stats
+from aioqueue._admin.stats import read_stats
+from aioqueue.testing import EmbeddedServer
 from tests.ops_support import ServedApp, serve, stored_envelope
 from tests.support import queue_key, wait_until
 

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventService, EventServiceBuilder
-from aioqueue._embedded_server import EmbeddedServer
+from aioqueue.testing import EmbeddedServer
 from tests.support import PaymentCheck, Recorder, wait_until
 
 ServerFactory = Callable[..., EmbeddedServer]

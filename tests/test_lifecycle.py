@@ -17,9 +17,9 @@ from aioqueue import (
     ServiceState,
     ServiceStateError,
 )
-from aioqueue._client import RedisClient, client_from_url
-from aioqueue._envelope import Envelope
-from aioqueue._keys import QueueKeys
+from aioqueue._engine.client import RedisClient, client_from_url
+from aioqueue._engine.envelope import Envelope
+from aioqueue._engine.keys import QueueKeys
 from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

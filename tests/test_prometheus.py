@@ -12,7 +12,7 @@ import redis.asyncio as redis
 from prometheus_client import CollectorRegistry
 
 from aioqueue import Event, EventServiceBuilder
-from aioqueue._stats import read_stats
+from aioqueue._admin.stats import read_stats
 from aioqueue.prometheus import PrometheusMetrics
 from tests.support import Recorder
 

@@ -1,7 +1,7 @@
 """Property-based: random sequences of queue operations against a model, on a real server.
 
 Hypothesis generates sequences of enqueue, replace, cancel, dispatch, claim, success,
-failure, crash and requeue, run through aioqueue._store.QueueStore (the Lua scripts, exactly
+failure, crash and requeue, run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly
 as the library runs them) and, after every step, compares everything in Redis with a small
 model of the queue: no event may be lost (every pending event is in the schedule), none
 invented (nothing in Redis that the model does not have), and no stale copy may reach a
@@ -27,10 +27,10 @@ import redis.asyncio as redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aioqueue._embedded_server import EmbeddedServer
-from aioqueue._envelope import Envelope, text
-from aioqueue._keys import QueueKeys
-from aioqueue._store import EnqueueItem, QueueStore
+from aioqueue._engine.envelope import Envelope, text
+from aioqueue._engine.keys import QueueKeys
+from aioqueue._engine.store import EnqueueItem, QueueStore
+from aioqueue.testing import EmbeddedServer
 
 T = TypeVar("T")
 

@@ -26,12 +26,11 @@ from redis.crc import key_slot
 from redis.exceptions import NoPermissionError, ResponseError
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
-from aioqueue._embedded_server import EmbeddedServer, find_server_binary, free_port
-from aioqueue._envelope import text
-from aioqueue._keys import QueueKeys, QueueLayout, partition_of
-from aioqueue._registry import registry_key
-from aioqueue._scripts import script_source
-from aioqueue._testing_proxy import CuttingProxy
+from aioqueue._engine.envelope import text
+from aioqueue._engine.keys import QueueKeys, QueueLayout, partition_of
+from aioqueue._engine.registry import registry_key
+from aioqueue._engine.scripts import script_source
+from aioqueue.testing import CuttingProxy, EmbeddedServer, find_server_binary, free_port
 from tests.support import PaymentCheck, Recorder, wait_until
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -11,10 +11,10 @@ import redis.asyncio as redis
 from pyspark.sql import SparkSession
 
 from aioqueue import EventServiceBuilder
-from aioqueue._envelope import text
-from aioqueue._keys import QueueLayout
-from aioqueue._registry import registry_key
-from aioqueue._scripts import ENQUEUE
+from aioqueue._engine.envelope import text
+from aioqueue._engine.keys import QueueLayout
+from aioqueue._engine.registry import registry_key
+from aioqueue._engine.scripts import ENQUEUE
 from aioqueue.spark import InvalidDataFrameError, ScheduleResult, schedule_dataframe
 from tests.spark_fixtures import off_loop
 from tests.support import PaymentCheck, Recorder, queue_key, wait_until

@@ -9,8 +9,7 @@ import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from aioqueue._embedded_server import EmbeddedServer
-from aioqueue._testing_proxy import CuttingProxy, ProxyStatistics
+from aioqueue.testing import CuttingProxy, EmbeddedServer, ProxyStatistics
 
 ServerFactory = Callable[..., EmbeddedServer]
 

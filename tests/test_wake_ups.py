@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from aioqueue import EventService, EventServiceBuilder
-from aioqueue._client import client_from_url
+from aioqueue._engine.client import client_from_url
 from tests.support import PaymentCheck, Recorder
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

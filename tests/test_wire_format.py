@@ -9,8 +9,8 @@ import pytest
 from redis.exceptions import ResponseError
 
 from aioqueue import EventServiceBuilder
-from aioqueue._client import RedisClient
-from aioqueue._scripts import script_source
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.scripts import script_source
 from tests.support import PaymentCheck, Recorder
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

@@ -55,7 +55,7 @@ def _add_demo_command(commands: Commands) -> None:
 async def _run_demo(args: argparse.Namespace) -> int:
     # The demo's failures are deliberate: show the library's warnings only when they matter.
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-    from aioqueue._demo import run_demo
+    from aioqueue._cli._demo import run_demo
 
     return await run_demo(events=args.events, spread=args.spread, url=args.url, prefix=args.prefix)
 

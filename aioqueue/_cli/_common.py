@@ -11,8 +11,8 @@ from typing import Any, TextIO, TypeAlias
 
 import orjson
 
-from aioqueue._client import RedisClient, client_from_url
-from aioqueue._keys import validate_prefix
+from aioqueue._engine.client import RedisClient, client_from_url
+from aioqueue._engine.keys import validate_prefix
 
 __all__ = [
     "DEFAULT_PREFIX",

@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
-from aioqueue._admin import (
+from aioqueue._admin.actions import (
     DeadLetterRecord,
     cancel_event,
     dead_letter_ids,
@@ -16,10 +16,10 @@ from aioqueue._admin import (
     purge_dead_letters,
     requeue_dead_letters,
 )
-from aioqueue._client import RedisClient
-from aioqueue._keys import QueueLayout
-from aioqueue._progress import ProgressBar
-from aioqueue._stats import resolve_layouts
+from aioqueue._admin.stats import resolve_layouts
+from aioqueue._cli._progress import ProgressBar
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.keys import QueueLayout
 
 from ._common import (
     CommandError,

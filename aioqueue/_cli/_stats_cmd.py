@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import anyio
 
-from aioqueue._stats import StatsSnapshot, read_stats
+from aioqueue._admin.stats import StatsSnapshot, read_stats
 
 from ._common import Commands, add_connection_options, connect, print_json, print_table
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from aioqueue._service import EventService
+from aioqueue._service.service import EventService
 
 from ._common import CommandError, Commands, add_connection_options
 

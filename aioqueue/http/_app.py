@@ -13,15 +13,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from aioqueue._admin import (
+from aioqueue._admin.actions import (
     DeadLetterRecord,
     get_dead_letter,
     list_dead_letters,
     requeue_dead_letters,
 )
-from aioqueue._client import RedisClient, client_from_url
-from aioqueue._keys import validate_prefix
-from aioqueue._stats import read_stats, resolve_layouts
+from aioqueue._admin.stats import read_stats, resolve_layouts
+from aioqueue._engine.client import RedisClient, client_from_url
+from aioqueue._engine.keys import validate_prefix
 
 from ._events import EnqueueRequest, RequestError, enqueue
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import orjson
 
-from aioqueue._client import RedisClient
-from aioqueue._errors import InvalidEnqueueError
-from aioqueue._event import _WIRE_NAME
-from aioqueue._keys import QueueLayout
-from aioqueue._producer import DueTime, context_json
-from aioqueue._registry import registry_key
-from aioqueue._store import EnqueueItem, QueueStore
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.keys import QueueLayout
+from aioqueue._engine.producer import DueTime, context_json
+from aioqueue._engine.registry import registry_key
+from aioqueue._engine.store import EnqueueItem, QueueStore
+from aioqueue._model.errors import InvalidEnqueueError
+from aioqueue._model.event import _WIRE_NAME
 
 __all__ = ["EnqueueRequest", "RequestError", "enqueue"]
 

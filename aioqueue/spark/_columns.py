@@ -13,9 +13,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from aioqueue._errors import AioqueueError
-from aioqueue._event import _WIRE_NAME, Event, event_type_name
-from aioqueue._keys import validate_prefix
+from aioqueue._engine.keys import validate_prefix
+from aioqueue._model.errors import AioqueueError
+from aioqueue._model.event import _WIRE_NAME, Event, event_type_name
 
 __all__ = ["InvalidDataFrameError", "ScheduleColumns", "checked_event_type", "checked_prefix"]
 

@@ -15,10 +15,10 @@ from typing import TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from redis.asyncio.cluster import RedisCluster
 
-from aioqueue._client import RedisClient, client_from_url
-from aioqueue._envelope import text
-from aioqueue._keys import QueueLayout
-from aioqueue._registry import record_layout, registry_key
+from aioqueue._engine.client import RedisClient, client_from_url
+from aioqueue._engine.envelope import text
+from aioqueue._engine.keys import QueueLayout
+from aioqueue._engine.registry import record_layout, registry_key
 
 from ._columns import InvalidDataFrameError
 

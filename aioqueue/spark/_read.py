@@ -24,9 +24,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from aioqueue._client import RedisClient
-from aioqueue._envelope import text
-from aioqueue._event import Event
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.envelope import text
+from aioqueue._model.event import Event
 
 from ._columns import checked_event_type, checked_prefix
 from ._connection import redis_session, resolve_layout

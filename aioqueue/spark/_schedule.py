@@ -14,11 +14,11 @@ from pyspark.sql import DataFrame, Row
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
-from aioqueue._client import RedisClient
-from aioqueue._event import Event
-from aioqueue._keys import QueueLayout, partition_of
-from aioqueue._scripts import ENQUEUE
-from aioqueue._store import EnqueueItem, QueueStore
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.keys import QueueLayout, partition_of
+from aioqueue._engine.scripts import ENQUEUE
+from aioqueue._engine.store import EnqueueItem, QueueStore
+from aioqueue._model.event import Event
 
 from ._columns import (
     ScheduleColumns,

@@ -1,0 +1,157 @@
+"""Queue statistics per event type, read from Redis on the server's clock (`aioqueue stats`).
+
+What each number means (all counted by `lua/stats.lua` at one instant of the server clock, per
+partition, then added up over a type's partitions):
+
+- **pending**: events not yet settled (the `events` hash). Each pending event is in exactly
+  one of: due now, ready, in flight, or waiting for its due time (first attempt or retry);
+  so pending minus the next three is how many wait for their time.
+- **due now**: pending events whose due time has passed but which no dispatcher has moved to
+  the ready list yet (schedule score <= server now). Includes events whose worker was lost:
+  their pre-scheduled retry came due.
+- **ready**: dispatched events whose delivery waits in the ready list for a consumer with a
+  free handler slot. Stale copies in the list (of events cancelled, replaced or re-dispatched
+  since, which consumers drop) are not counted.
+- **in flight**: events taken by a consumer whose attempt has no outcome yet: dispatched (the
+  stored envelope carries `due_at`, which a failed attempt removes), not due again, and not
+  in the ready list. A handler that runs, or a worker that died while running one and whose
+  lease (handler timeout + 1 s) has not run out yet.
+- **dead**: dead letters.
+- **oldest overdue**: how long, in seconds, the most overdue event has been waiting for a
+  dispatcher or a consumer: server now minus the earliest due time in the schedule (if it has
+  passed) or minus the `due_at` of the oldest ready event. 0 when nothing waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aioqueue._engine.client import RedisClient, within_reply_timeout
+from aioqueue._engine.keys import QueueKeys, QueueLayout
+from aioqueue._engine.registry import known_layouts
+from aioqueue._engine.scripts import LuaScript
+
+__all__ = ["QueueStats", "StatsSnapshot", "read_stats", "resolve_layouts"]
+
+STATS = LuaScript("stats")
+# Envelopes one stats.lua call reads: each call stays well under a millisecond of server time.
+SCAN_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """The state of one event type's queue (see the module docstring for each number)."""
+
+    event_type: str
+    partitions: int
+    pending: int
+    due_now: int
+    ready: int
+    in_flight: int
+    dead: int
+    oldest_overdue: float
+    """Seconds."""
+
+    def to_json(self) -> dict[str, Any]:
+        fields = asdict(self)
+        fields["type"] = fields.pop("event_type")
+        return fields
+
+
+@dataclass(frozen=True, slots=True)
+class StatsSnapshot:
+    server_time_ms: int
+    """The server clock when the first queue was counted."""
+    queues: list[QueueStats]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "server_time_ms": self.server_time_ms,
+            "types": [queue.to_json() for queue in self.queues],
+        }
+
+
+async def resolve_layouts(
+    client: RedisClient, prefix: str, event_types: Sequence[str] = ()
+) -> list[QueueLayout]:
+    """The layouts of `event_types` (every registered type when empty).
+
+    A type missing from the registry is taken as unpartitioned: a producer in another
+    language may have written it without registering it.
+    """
+    registered = {layout.event_type: layout for layout in await known_layouts(client, prefix)}
+    if not event_types:
+        return list(registered.values())
+    return [registered.get(name) or QueueLayout(prefix, name) for name in event_types]
+
+
+async def read_stats(
+    client: RedisClient, prefix: str, event_types: Sequence[str] = ()
+) -> StatsSnapshot:
+    """Counts the queues of `event_types` (every registered type when empty)."""
+    queues = []
+    first_now: int | None = None
+    for layout in await resolve_layouts(client, prefix, event_types):
+        stats, now = await _read_type(client, layout)
+        first_now = now if first_now is None else first_now
+        queues.append(stats)
+    if first_now is None:
+        first_now = await _server_time_ms(client)
+    return StatsSnapshot(server_time_ms=first_now, queues=queues)
+
+
+@dataclass
+class _Counts:
+    pending: int = 0
+    due_now: int = 0
+    ready: int = 0
+    in_flight: int = 0
+    dead: int = 0
+    oldest_overdue_ms: int = 0
+
+
+async def _read_type(client: RedisClient, layout: QueueLayout) -> tuple[QueueStats, int]:
+    counts = _Counts()
+    first_now: int | None = None
+    for keys in layout.all_keys:
+        now = await _read_partition(client, keys, counts)
+        first_now = now if first_now is None else first_now
+    assert first_now is not None
+    stats = QueueStats(
+        event_type=layout.event_type,
+        partitions=layout.partitions,
+        pending=counts.pending,
+        due_now=counts.due_now,
+        ready=counts.ready,
+        in_flight=counts.in_flight,
+        dead=counts.dead,
+        oldest_overdue=counts.oldest_overdue_ms / 1000,
+    )
+    return stats, first_now
+
+
+async def _read_partition(client: RedisClient, keys: QueueKeys, counts: _Counts) -> int:
+    script_keys = [keys.schedule, keys.events, keys.ready, keys.dead_letters]
+    reply = [int(value) for value in await STATS.run(client, script_keys, ["0", SCAN_CHUNK])]
+    now, cursor, dispatched = reply[0], reply[1], reply[2]
+    pending, due_now, ready, dead, earliest_due, ready_head_due = reply[3:]
+    while cursor != 0:
+        chunk = await STATS.run(client, script_keys, [str(cursor), SCAN_CHUNK])
+        cursor, dispatched = int(chunk[1]), dispatched + int(chunk[2])
+    counts.pending += pending
+    counts.due_now += due_now
+    counts.ready += ready
+    # The chunks after the first see a slightly later queue; never report less than nothing.
+    counts.in_flight += max(0, dispatched - ready)
+    counts.dead += dead
+    for due in (earliest_due, ready_head_due):
+        if due >= 0:
+            counts.oldest_overdue_ms = max(counts.oldest_overdue_ms, now - due)
+    return now
+
+
+async def _server_time_ms(client: RedisClient) -> int:
+    seconds, microseconds = await within_reply_timeout(client.time())
+    return int(seconds) * 1000 + int(microseconds) // 1000

@@ -1,0 +1,140 @@
+"""The dispatcher: moves due events to their ready lists, sleeping until the next is due."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+
+import anyio
+from anyio.abc import TaskGroup
+
+from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
+from aioqueue._engine.store import DispatchResult, QueueStore
+from aioqueue._model.config import ServiceConfig
+
+__all__ = ["Dispatcher"]
+
+# When a ready list is full its consumers are busy; look again soon, without spinning. This
+# service's own consumers cut the pause short as soon as they claim (ready_list_drained).
+READY_FULL_PAUSE = 0.05
+
+
+class Dispatcher:
+    """Runs dispatch.lua for every handled event type, then sleeps until the earliest due
+    time (at most the scheduling interval) or until woken by a sooner enqueue.
+
+    Sleeping is a local timer, because a blocking command's timeout inside Redis is only as
+    precise as the server's cron (100 ms at the default hz). Wake-ups from other processes
+    arrive through each queue's wake list, watched by one blocking BLPOP per queue.
+    """
+
+    def __init__(self, config: ServiceConfig, stores: Callable[[], Iterable[QueueStore]]) -> None:
+        self._config = config
+        self._stores = stores
+        self._scope = anyio.CancelScope()
+        self._wake = anyio.Event()
+        self._next_pass = math.inf
+        self._watched: dict[str, anyio.CancelScope] = {}
+        self._ready_full = False
+
+    async def run(self) -> None:
+        with self._scope:
+            async with anyio.create_task_group() as watchers:
+                await self._dispatch_forever(watchers)
+
+    async def _dispatch_forever(self, watchers: TaskGroup) -> None:
+        errors = ErrorBackoff("dispatching")
+        while True:
+            # Fresh state before the pass: an enqueue that arrives during the pass (which
+            # may already have looked at its type) cuts the following sleep short.
+            self._wake = anyio.Event()
+            self._next_pass = math.inf
+            try:
+                pause = await self._dispatch_all(watchers)
+            except REDIS_ERRORS as exc:
+                await errors.sleep_after(exc)
+                continue
+            errors.reset()
+            self._next_pass = time.monotonic() + pause
+            if pause > 0:
+                with anyio.move_on_after(pause):
+                    await self._wake.wait()
+
+    def stop(self) -> None:
+        self._scope.cancel()
+
+    def wake(self) -> None:
+        """Dispatches now (a handler was added, for example)."""
+        self._wake.set()
+
+    def ready_list_drained(self, ready_left: int) -> None:
+        """A local consumer claimed events. If a full ready list held dispatching back, go on
+        once it has room for a whole batch: topping it up a few events at a time would cost
+        a script call per claim."""
+        if (
+            self._ready_full
+            and ready_left <= self._config.ready_capacity - self._config.scheduling_batch_size
+        ):
+            self._wake.set()
+
+    def wake_for(self, due_in: float) -> None:
+        """Dispatches sooner than planned if an event due in `due_in` s would otherwise wait."""
+        if time.monotonic() + due_in < self._next_pass:
+            self._wake.set()
+
+    def _watch_wake_signals(self, stores: list[QueueStore], watchers: TaskGroup) -> None:
+        """Keeps one wake-list watcher per handled queue: starts new ones, stops old ones."""
+        current = {store.keys.wake: store for store in stores}
+        for wake_key in [key for key in self._watched if key not in current]:
+            self._watched.pop(wake_key).cancel()
+        for wake_key, store in current.items():
+            if wake_key not in self._watched:
+                scope = self._watched[wake_key] = anyio.CancelScope()
+                watchers.start_soon(self._watch, store, scope)
+
+    async def _watch(self, store: QueueStore, scope: anyio.CancelScope) -> None:
+        errors = ErrorBackoff(f"waiting for {store.event_type} wake-ups")
+        with scope:
+            while True:
+                try:
+                    if await store.wait_for_wake_signal(self._config.polling_timeout):
+                        self._wake.set()
+                except REDIS_ERRORS as exc:
+                    await errors.sleep_after(exc)
+                else:
+                    errors.reset()
+
+    async def _dispatch_all(self, watchers: TaskGroup) -> float:
+        """One pass over every event type; returns how long to sleep before the next."""
+        config = self._config
+        pause = config.scheduling_interval
+        stores = list(self._stores())
+        self._watch_wake_signals(stores, watchers)
+        self._ready_full = False
+        for store in stores:
+            result = await store.dispatch(
+                batch_size=config.scheduling_batch_size,
+                lease_ms=config.lease_ms,
+                max_attempts=config.retry_attempts,
+                ready_capacity=config.ready_capacity,
+            )
+            if result.dispatched:
+                config.metrics.events_dispatched(store.event_type, result.dispatched)
+            pause = min(pause, self._pause_after(result))
+        return pause
+
+    def _pause_after(self, result: DispatchResult) -> float:
+        config = self._config
+        if result.dispatched + result.buried >= result.limit:
+            # As many as allowed: more may be due right now. Go on at once if the ready list
+            # has room for another whole batch; otherwise topping it up a few events at a
+            # time would cost a script call per claim, so wait until it drains.
+            if config.ready_capacity - result.ready_length >= config.scheduling_batch_size:
+                return 0.0
+            self._ready_full = True
+            return READY_FULL_PAUSE
+        if result.earliest_due_ms is None:
+            return self._config.scheduling_interval
+        # Round up to the next millisecond so the pass after the sleep finds the event due.
+        return max(0.0, (result.earliest_due_ms - result.server_now_ms + 1) / 1000)

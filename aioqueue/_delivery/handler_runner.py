@@ -1,0 +1,204 @@
+"""Running a handler on one claimed delivery: decode, context, timeout, and failures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from aioqueue._engine.envelope import Envelope, EnvelopeError
+from aioqueue._engine.recovery import REDIS_ERRORS, logger
+from aioqueue._engine.store import QueueStore
+from aioqueue._model.config import ServiceConfig
+from aioqueue._model.errors import PayloadDecodeError
+from aioqueue._model.event import Event, event_context
+from aioqueue._model.metrics import Outcome
+
+from .acknowledger import SETTLE_TIMEOUT
+from .handler_timeouts import HandlerTimeouts, TimeoutLane
+
+__all__ = ["Handler", "HandlerRunner", "Succeeded"]
+
+Handler = Callable[[Any], Awaitable[bool]]
+
+
+@dataclass(slots=True)
+class _Call:
+    """A handler call running in a lane, with what settling it needs."""
+
+    store: QueueStore
+    envelope: Envelope
+    lateness: float
+    started: float
+
+
+@dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
+class Succeeded:
+    """A delivery whose handler returned True: it still has to be acknowledged."""
+
+    envelope: Envelope
+    duration: float
+    lateness: float
+
+
+class HandlerRunner:
+    """Runs one event type's handler on its deliveries.
+
+    Failures are settled here (retry or dead letter, through fail.lua); successes are handed
+    back, because how they are acknowledged is the consumer's business (see Consumer).
+    """
+
+    def __init__(
+        self, *, event_type: str, event_class: type[Event], handler: Handler, config: ServiceConfig
+    ) -> None:
+        self._event_type = event_type
+        self._event_class = event_class
+        self._handler = handler
+        self._config = config
+        self.timeouts = HandlerTimeouts(config.handler_timeout)
+        # A callable object's repr can be long and changing; its class names it well enough.
+        self.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
+
+    async def run(
+        self, store: QueueStore, raw: bytes | str, claimed_at_ms: int, lane: TimeoutLane
+    ) -> Succeeded | None:
+        """Handles one delivery in a worker's `lane` (see HandlerTimeouts, whose run() must
+        be running); returns the delivery if the handler succeeded, None if it was settled as
+        a failure here (or cannot be settled at all)."""
+        try:
+            envelope = Envelope.parse(raw, event_type=self._event_type)
+        except EnvelopeError as exc:
+            # dispatch.lua buries envelopes this would refuse, so only a disagreement between its
+            # checks and Envelope.parse lands here; unsettled, it is buried once its attempts
+            # run out.
+            logger.error("%s: unusable envelope %r: %s", self._event_type, raw, exc)
+            return None
+        lateness = max(0.0, (claimed_at_ms - envelope.due_at) / 1000)
+        try:
+            event = self._decode(envelope)
+        except PayloadDecodeError as exc:
+            logger.error(
+                "%s %r cannot be decoded, moving it to the dead letters: %s",
+                envelope.event_type,
+                envelope.id,
+                exc,
+            )
+            await self._settle_failure(store, envelope, str(exc), bury=True)
+            self.report("dead", envelope, duration=0.0, lateness=lateness)
+            return None
+        started = time.perf_counter()
+        call = _Call(store, envelope, lateness, started)
+        instrumented = self._config.instrumentation.handling(
+            envelope.event_type, envelope.id, envelope.attempt, envelope.context
+        )
+        handling = instrumented.__enter__()
+        try:
+            error = await self._call_handler(event, envelope, lane, call)
+        except BaseException as exc:
+            if lane.call is call and lane.cut:
+                # Cut off by the timeout: for the instrumentation a failed attempt like any
+                # other, although the cancellation still has to reach the lane's scope (see
+                # settle_timeout), so it is not passed to the context manager as a crash.
+                handling.finished(self._timed_out())
+                instrumented.__exit__(None, None, None)
+            else:
+                instrumented.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        handling.finished(error)
+        instrumented.__exit__(None, None, None)
+        duration = time.perf_counter() - started
+        if error is None:
+            return Succeeded(envelope, duration, lateness)
+        outcome = await self._settle_failure(store, envelope, error, bury=False)
+        self.report(outcome, envelope, duration=duration, lateness=lateness)
+        return None
+
+    async def settle_timeout(self, lane: TimeoutLane) -> bool:
+        """Settles the call that `lane`'s scope cut off, after the scope caught it; False if
+        no call was running (the cut arrived just after the call ended)."""
+        call: _Call | None = lane.call
+        self.timeouts.stop(lane)
+        if call is None:
+            return False
+        duration = time.perf_counter() - call.started
+        outcome = await self._settle_failure(call.store, call.envelope, self._timed_out())
+        self.report(outcome, call.envelope, duration=duration, lateness=call.lateness)
+        return True
+
+    def _timed_out(self) -> str:
+        return f"handler {self.handler_name} timed out after {self.timeouts.timeout:g} s"
+
+    def report_success(self, succeeded: Succeeded) -> None:
+        """Reports a success once it is acknowledged (or once acknowledging it failed)."""
+        self.report(
+            "ok", succeeded.envelope, duration=succeeded.duration, lateness=succeeded.lateness
+        )
+
+    def report(
+        self, outcome: Outcome, envelope: Envelope, *, duration: float, lateness: float
+    ) -> None:
+        self._config.metrics.event_handled(
+            envelope.event_type, outcome, duration=duration, lateness=lateness
+        )
+
+    def _decode(self, envelope: Envelope) -> Event:
+        if envelope.event_type != self._event_type:
+            raise PayloadDecodeError(
+                f"envelope names event type {envelope.event_type!r} "
+                f"but sits in the queue of {self._event_type!r}"
+            )
+        return self._config.serializer.decode(self._event_class, envelope.id, envelope.payload)
+
+    async def _call_handler(
+        self, event: Event, envelope: Envelope, lane: TimeoutLane, call: _Call
+    ) -> str | None:
+        """Runs the handler in `lane` (whose scope the timeout cancels); returns None on
+        success, else the error text. A cut-off call ends in the lane's cancellation."""
+        token = event_context.set(dict(envelope.context))
+        self.timeouts.start(lane, call)
+        try:
+            result = await self._handler(event)
+        except Exception as exc:
+            logger.warning(
+                "handler %s failed on %s %r (attempt %d)",
+                self.handler_name,
+                envelope.event_type,
+                envelope.id,
+                envelope.attempt,
+                exc_info=True,
+            )
+            self.timeouts.stop(lane)
+            return f"{type(exc).__name__}: {exc}"
+        else:
+            self.timeouts.stop(lane)
+        finally:
+            event_context.reset(token)
+        if result is True:
+            return None
+        return f"handler {self.handler_name} returned {result!r}"
+
+    async def _settle_failure(
+        self, store: QueueStore, envelope: Envelope, error: str, *, bury: bool = False
+    ) -> Outcome:
+        delay = self._config.retry_policy.delay(envelope.attempt)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT):
+            try:
+                result = await store.fail(
+                    envelope,
+                    error,
+                    retry_delay_ms=max(0, round(delay * 1000)),
+                    max_attempts=self._config.retry_attempts,
+                    bury=bury,
+                )
+                return "dead" if result == "dead" else "failed"
+            except REDIS_ERRORS as exc:
+                logger.warning(
+                    "could not record the failure of %s %r; its pre-scheduled retry stands: %s",
+                    envelope.event_type,
+                    envelope.id,
+                    exc,
+                )
+        return "failed"

@@ -1,0 +1,99 @@
+"""Reading a type's dead-letter set: as stored (for tools) and decoded (for the service)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aioqueue._model.errors import PayloadDecodeError
+from aioqueue._model.event import Event
+from aioqueue._model.serializer import Serializer
+
+from .envelope import DeadLetter, died_at_from_ms, parse_dead_letter_fields, readable_text
+from .queues import TypeQueue
+
+__all__ = ["DeadLetterRecord", "newest_dead_letters", "read_dead_letters"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRecord:
+    """A dead letter as stored, read without the event's class."""
+
+    event_type: str
+    id: str
+    error: str
+    attempts: int
+    died_at: datetime
+    payload: str | None
+    """The payload's JSON text; None when the envelope itself was unreadable."""
+    context: dict[str, str]
+    raw: str
+    """The stored dead letter, as it is in Redis (undecodable bytes as escapes)."""
+
+    @classmethod
+    def parse(cls, event_type: str, raw: bytes | str, died_at_ms: float) -> DeadLetterRecord:
+        fields = parse_dead_letter_fields(raw)
+        payload = fields.get("payload")
+        context = fields.get("context")
+        return cls(
+            event_type=event_type,
+            id=str(fields.get("id", "")),
+            error=str(fields.get("error", "")),
+            attempts=int(fields.get("attempt") or 0),
+            died_at=died_at_from_ms(died_at_ms),
+            payload=payload if isinstance(payload, str) else None,
+            context=context if isinstance(context, dict) else {},
+            raw=readable_text(raw),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.event_type,
+            "id": self.id,
+            "error": self.error,
+            "attempts": self.attempts,
+            "died_at": self.died_at.isoformat(),
+            "payload": self.payload,
+            "context": self.context,
+            "raw": self.raw,
+        }
+
+
+async def newest_dead_letters(queue: TypeQueue, limit: int) -> list[DeadLetterRecord]:
+    """The newest `limit` dead letters of a type, over all its partitions."""
+    if limit < 1:
+        return []
+    entries: list[tuple[bytes | str, float]] = []
+    for store in queue.stores:
+        entries += await store.dead_letter_entries(limit)
+    entries.sort(key=lambda entry: entry[1], reverse=True)
+    return [DeadLetterRecord.parse(queue.event_type, raw, died) for raw, died in entries[:limit]]
+
+
+async def read_dead_letters(
+    queue: TypeQueue, event_class: type[Event], serializer: Serializer, limit: int
+) -> list[DeadLetter]:
+    """The newest `limit` dead letters, each decoded into an event where the payload allows."""
+    letters = []
+    for record in await newest_dead_letters(queue, limit):
+        event = None
+        if record.payload is not None:
+            # An undecodable payload is why many dead letters died; `error` says so.
+            with contextlib.suppress(PayloadDecodeError):
+                event = serializer.decode(event_class, record.id, record.payload)
+        letters.append(
+            DeadLetter(
+                id=record.id,
+                event_type=record.event_type,
+                payload=record.payload,
+                event=event,
+                context=record.context,
+                error=record.error,
+                attempts=record.attempts,
+                died_at=record.died_at,
+                raw=record.raw,
+            )
+        )
+    return letters

@@ -1,0 +1,111 @@
+-- Shared helpers. aioqueue/_engine/scripts.py prepends this file to every script, so each script
+-- is still one self-contained EVAL that touches only the keys passed in KEYS.
+
+-- Milliseconds on the Redis server's clock: every due time lives on this one clock, so
+-- workers with skewed clocks still agree on what is due.
+local function server_time_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- What a consumer receives: the stored envelope with the event id put in front. The stored
+-- envelope leaves the id out (it is the hash field already: bytes per pending event are what
+-- a large backlog costs), and claim.lua rebuilds this exact text to recognise a current copy.
+local function delivery_of(id, stored)
+  return '{"id":' .. cjson.encode(id) .. ',' .. string.sub(stored, 2)
+end
+
+-- The id of a delivery, or nil if `raw` is not a JSON object with a string id. Deliveries
+-- start with the id (see delivery_of), and an id that JSON leaves unescaped is read from
+-- there without decoding the whole envelope; claim.lua compares the delivery with the
+-- stored envelope afterwards, so a misread id could only make a delivery look stale.
+local function delivery_id(raw)
+  local id = string.match(raw, '^{"id":"([^"\\/%c]*)",')
+  if id then
+    return id
+  end
+  local ok, envelope = pcall(cjson.decode, raw)
+  if ok and type(envelope) == 'table' and type(envelope.id) == 'string' then
+    return envelope.id
+  end
+  return nil
+end
+
+-- Moves one event out of the queue into the dead-letter set, keeping its envelope and
+-- the reason. Nothing leaves a queue silently: every removal other than success or
+-- cancel goes through here. Dead letters carry their id, so each one reads on its own.
+local function bury(schedule, events, dead_letters, dead_letter_times, id, envelope, err, now)
+  envelope.id = id
+  envelope.error = err
+  envelope.died_at = now
+  redis.call('ZREM', schedule, id)
+  redis.call('HDEL', events, id)
+  redis.call('HSET', dead_letters, id, cjson.encode(envelope))
+  redis.call('ZADD', dead_letter_times, now, id)
+end
+
+-- The hot scripts batch their commands (one HMGET, HSET, ZADD... for a whole batch): each
+-- redis.call costs the script far more than the command itself. Lua unpacks only so many
+-- values at once (about 8000), so long argument lists go in chunks. Even, to keep pairs whole.
+local UNPACK_CHUNK = 4000
+
+-- redis.call(command, key, [option,] values...) in chunks; returns the sum of integer replies.
+local function call_chunked(command, key, values, option)
+  local total = 0
+  for i = 1, #values, UNPACK_CHUNK do
+    local last = math.min(i + UNPACK_CHUNK - 1, #values)
+    local reply
+    if option then
+      reply = redis.call(command, key, option, unpack(values, i, last))
+    else
+      reply = redis.call(command, key, unpack(values, i, last))
+    end
+    if type(reply) == 'number' then
+      total = total + reply
+    end
+  end
+  return total
+end
+
+-- HMGET of any number of fields: the values in order, false where a field is missing.
+local function hmget_all(key, fields)
+  local values = {}
+  for i = 1, #fields, UNPACK_CHUNK do
+    local last = math.min(i + UNPACK_CHUNK - 1, #fields)
+    local chunk = redis.call('HMGET', key, unpack(fields, i, last))
+    for _, value in ipairs(chunk) do
+      values[#values + 1] = value
+    end
+  end
+  return values
+end
+
+-- Deletes events whose handlers succeeded, each only if it is still the delivered version:
+-- a replace that happened while the handler ran keeps the new version scheduled. Deleting a
+-- version twice is harmless, so callers may retry. `delivered` holds id, version, id,
+-- version... (versions as strings). Returns how many events it deleted.
+local function acknowledge_deliveries(schedule, events, delivered)
+  local ids, versions = {}, {}
+  for i = 1, #delivered, 2 do
+    ids[#ids + 1] = delivered[i]
+    versions[#versions + 1] = delivered[i + 1]
+  end
+  if #ids == 0 then
+    return 0
+  end
+  local stored = hmget_all(events, ids)
+  local finished = {}
+  for i, raw in ipairs(stored) do
+    if raw then
+      local ok, envelope = pcall(cjson.decode, raw)
+      if ok and type(envelope) == 'table' and tostring(envelope.version) == versions[i] then
+        finished[#finished + 1] = ids[i]
+      end
+    end
+  end
+  if #finished == 0 then
+    return 0
+  end
+  call_chunked('ZREM', schedule, finished)
+  return call_chunked('HDEL', events, finished)
+end

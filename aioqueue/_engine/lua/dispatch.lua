@@ -1,0 +1,120 @@
+-- Moves due events of one type to its ready list, atomically.
+-- KEYS[1] schedule   KEYS[2] events   KEYS[3] ready   KEYS[4] dead_letters
+-- KEYS[5] dead_letter_times
+-- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
+-- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
+-- lost worker only delays the event) and push its delivery (the envelope with its id). An
+-- event that already had all its attempts goes to the dead-letter set instead.
+-- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit, ready length};
+-- limit is how many events this call was allowed to take (batch size, less when the ready
+-- list is full), ready length the length of the ready list after the call.
+
+-- Why a decoded envelope cannot be delivered, or nil. A consumer cannot settle an envelope
+-- without a version, nor claim one whose id is not its field, so without this check such an
+-- event would come back after every lease until its attempts ran out, buried for the wrong
+-- reason. The checks mirror Envelope.parse in aioqueue/_engine/envelope.py.
+local function envelope_problem(envelope, id)
+  if envelope.id ~= nil and envelope.id ~= id then
+    return 'id field does not match the event id'
+  end
+  if envelope.type ~= nil and type(envelope.type) ~= 'string' then
+    return 'type must be a string'
+  end
+  if type(envelope.payload) ~= 'string' then
+    return 'payload must be a string of JSON text'
+  end
+  if type(envelope.version) ~= 'number' or envelope.version ~= math.floor(envelope.version) then
+    return 'version must be an integer'
+  end
+  local context = envelope.context
+  if context ~= nil and context ~= cjson.null then
+    if type(context) ~= 'table' then
+      return 'context must be an object of strings'
+    end
+    for key, value in pairs(context) do
+      if type(key) ~= 'string' or type(value) ~= 'string' then
+        return 'context must be an object of strings'
+      end
+    end
+  end
+  return nil
+end
+
+local now = server_time_ms()
+local lease = tonumber(ARGV[2])
+local max_attempts = tonumber(ARGV[3])
+-- The ready list is bounded: when consumers fall behind, events wait in the schedule
+-- (where attempts are not spent) rather than in the list.
+local ready_length = redis.call('LLEN', KEYS[3])
+local limit = math.min(tonumber(ARGV[1]), tonumber(ARGV[4]) - ready_length)
+local dispatched, buried = 0, 0
+local due = {}
+if limit > 0 then
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+end
+if #due > 0 then
+  local ids = {}
+  for i = 1, #due, 2 do
+    ids[#ids + 1] = due[i]
+  end
+  -- One HMGET, and below one HSET, ZADD and RPUSH, for the whole batch (see call_chunked).
+  local stored = hmget_all(KEYS[2], ids)
+  local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
+  for n, id in ipairs(ids) do
+    local raw = stored[n]
+    if not raw then
+      -- A schedule entry without an event (written by hand): nothing to deliver.
+      orphans[#orphans + 1] = id
+    else
+      local ok, envelope = pcall(cjson.decode, raw)
+      local problem = nil
+      if not ok or type(envelope) ~= 'table' then
+        problem = 'envelope is not valid JSON: ' .. tostring(envelope)
+      else
+        problem = envelope_problem(envelope, id)
+        if problem then
+          problem = 'envelope is malformed: ' .. problem
+        end
+      end
+      if problem then
+        bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw}, problem, now)
+        buried = buried + 1
+      else
+        local attempt = tonumber(envelope.attempt) or 0
+        if attempt >= max_attempts then
+          local last_error = envelope.error
+          if type(last_error) ~= 'string' then
+            last_error = 'attempt ' .. attempt .. ' did not finish within the handler timeout'
+          end
+          bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, envelope, last_error, now)
+          buried = buried + 1
+        else
+          envelope.id = nil  -- stored without it; the delivery puts it back in front
+          envelope.attempt = attempt + 1
+          envelope.due_at = tonumber(due[2 * n])
+          local encoded = cjson.encode(envelope)
+          rewritten[#rewritten + 1] = id
+          rewritten[#rewritten + 1] = encoded
+          leases[#leases + 1] = now + lease
+          leases[#leases + 1] = id
+          deliveries[#deliveries + 1] = delivery_of(id, encoded)
+        end
+      end
+    end
+  end
+  if #orphans > 0 then
+    call_chunked('ZREM', KEYS[1], orphans)
+  end
+  if #deliveries > 0 then
+    call_chunked('HSET', KEYS[2], rewritten)
+    call_chunked('ZADD', KEYS[1], leases)
+    call_chunked('RPUSH', KEYS[3], deliveries)
+    dispatched = #deliveries
+  end
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local earliest = -1
+if first[2] then
+  earliest = tonumber(first[2])
+end
+return {dispatched, buried, now, earliest, limit, ready_length + dispatched}

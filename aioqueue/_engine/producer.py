@@ -1,0 +1,148 @@
+"""Producing: validating events and writing them through the enqueue script."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import anyio
+import orjson
+
+from aioqueue._model.config import ServiceConfig
+from aioqueue._model.durations import Duration, to_seconds
+from aioqueue._model.errors import InvalidEnqueueError, PayloadTooLargeError
+from aioqueue._model.event import Event, event_type_name
+
+from .coalescer import Coalescer
+from .queues import QueueDirectory
+from .store import EnqueueItem, QueueStore
+
+__all__ = ["DueTime", "Producer", "context_json"]
+
+# Events per enqueue script call: large enough to amortise the round trip, small enough that
+# one call never blocks the server for more than about a millisecond.
+CHUNK_SIZE = 500
+# Script calls in flight at once during enqueue_many, each on its own pooled connection.
+CONCURRENT_CHUNKS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class DueTime:
+    """When an event is due: a delay on the server's clock, or an absolute time."""
+
+    milliseconds: int
+    absolute: bool
+    due_in: float
+    """Roughly how many seconds from now (a local hint for waking the dispatcher)."""
+
+    @classmethod
+    def of(cls, delay: Duration | None, at: datetime | None) -> DueTime:
+        if (delay is None) == (at is None):
+            raise InvalidEnqueueError("give exactly one of delay and at=")
+        if at is not None:
+            if not isinstance(at, datetime) or at.utcoffset() is None:
+                raise InvalidEnqueueError(f"at= must be a timezone-aware datetime, got {at!r}")
+            due_in = (at - datetime.now(timezone.utc)).total_seconds()
+            return cls(round(at.timestamp() * 1000), absolute=True, due_in=due_in)
+        assert delay is not None
+        try:
+            seconds = to_seconds(delay, "delay")
+        except (TypeError, ValueError) as exc:
+            raise InvalidEnqueueError(str(exc)) from exc
+        if seconds < 0:
+            raise InvalidEnqueueError(f"delay must be >= 0, got {delay!r}; use at= for a past time")
+        return cls(round(seconds * 1000), absolute=False, due_in=seconds)
+
+
+def context_json(context: Mapping[str, str] | None) -> str:
+    """The context as the JSON object the envelope stores; it must map strings to strings."""
+    if not context:
+        return "{}"
+    if not isinstance(context, Mapping) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in context.items()
+    ):
+        raise InvalidEnqueueError(f"context must map strings to strings, got {context!r}")
+    return orjson.dumps(dict(context)).decode()
+
+
+class Producer:
+    """Validates events and schedules them, grouped per partition and chunked."""
+
+    __slots__ = ("_coalescers", "_config", "_queues")
+
+    def __init__(self, queues: QueueDirectory, config: ServiceConfig) -> None:
+        self._queues = queues
+        self._config = config
+        self._coalescers: dict[tuple[QueueStore, bool], Coalescer[EnqueueItem, bool]] = {}
+
+    async def enqueue(self, event: Event, due: DueTime, context: str, *, replace: bool) -> bool:
+        """Schedules one event. Concurrent calls for the same queue share script calls."""
+        queue = await self._queues.recorded(event_type_name(type(event)))
+        item = self._item(event, due, context)
+        store = queue.store_for(item.id)
+        coalescer = self._coalescers.get((store, replace))
+        if coalescer is None:
+            coalescer = self._coalescers[store, replace] = Coalescer(
+                functools.partial(store.enqueue, replace=replace), CHUNK_SIZE
+            )
+        return await coalescer.submit(item)
+
+    async def enqueue_many(
+        self, events: Iterable[Event], due: DueTime, context: str, *, replace: bool
+    ) -> list[tuple[str, bool]]:
+        """Schedules `events`; returns (event type, scheduled) per event, in order.
+
+        Every event is validated and encoded before anything is written.
+        """
+        batches: dict[QueueStore, list[tuple[int, EnqueueItem]]] = {}
+        types: list[str] = []
+        for index, event in enumerate(events):
+            event_type = event_type_name(type(event))
+            item = self._item(event, due, context)
+            store = (await self._queues.recorded(event_type)).store_for(item.id)
+            batches.setdefault(store, []).append((index, item))
+            types.append(event_type)
+        results = [False] * len(types)
+        chunks = [
+            (store, entries[start : start + CHUNK_SIZE])
+            for store, entries in batches.items()
+            for start in range(0, len(entries), CHUNK_SIZE)
+        ]
+        limiter = anyio.CapacityLimiter(CONCURRENT_CHUNKS)
+
+        async def write(store: QueueStore, chunk: list[tuple[int, EnqueueItem]]) -> None:
+            async with limiter:
+                scheduled = await store.enqueue([item for _, item in chunk], replace=replace)
+            for (index, _), was_scheduled in zip(chunk, scheduled, strict=True):
+                results[index] = was_scheduled
+
+        if len(chunks) == 1:
+            await write(*chunks[0])
+        else:
+            async with anyio.create_task_group() as writers:
+                for store, chunk in chunks:
+                    writers.start_soon(write, store, chunk)
+        return list(zip(types, results, strict=True))
+
+    def _item(self, event: Event, due: DueTime, context: str) -> EnqueueItem:
+        event_id = getattr(event, "id", None)
+        if not isinstance(event_id, str) or not event_id:
+            raise InvalidEnqueueError(
+                f"{type(event).__qualname__}.id must be a non-empty string, got {event_id!r}"
+            )
+        payload = self._config.serializer.encode(event)
+        size = len(payload.encode()) + len(context.encode())
+        if size > self._config.max_payload_bytes:
+            raise PayloadTooLargeError(
+                f"{type(event).__qualname__} {event_id!r} is {size} bytes of payload and "
+                f"context, more than max_payload_bytes={self._config.max_payload_bytes}"
+            )
+        return EnqueueItem(
+            id=event_id,
+            payload=payload,
+            context_json=context,
+            due_ms=due.milliseconds,
+            absolute=due.absolute,
+        )

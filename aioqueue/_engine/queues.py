@@ -1,0 +1,60 @@
+"""One event type's queue: its layout and the store of each partition."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .client import RedisClient
+from .keys import QueueLayout, partition_of
+from .registry import record_layout
+from .store import QueueStore
+
+__all__ = ["QueueDirectory", "TypeQueue"]
+
+
+class TypeQueue:
+    """The stores of one event type, one per partition, and which one holds an id."""
+
+    __slots__ = ("layout", "recorded", "stores")
+
+    def __init__(self, client: RedisClient, layout: QueueLayout) -> None:
+        self.layout = layout
+        self.stores = tuple(QueueStore(client, keys, layout.event_type) for keys in layout.all_keys)
+        self.recorded = False
+        """Whether this service has written the type to the prefix's registry yet."""
+
+    @property
+    def event_type(self) -> str:
+        return self.layout.event_type
+
+    def store_for(self, event_id: str) -> QueueStore:
+        if len(self.stores) == 1:
+            return self.stores[0]
+        return self.stores[partition_of(event_id, len(self.stores))]
+
+
+class QueueDirectory:
+    """The queues one service touches, made on first use and recorded in the type registry."""
+
+    __slots__ = ("_client", "_partitions", "_prefix", "_queues")
+
+    def __init__(self, client: RedisClient, prefix: str, partitions: Mapping[str, int]) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._partitions = partitions
+        self._queues: dict[str, TypeQueue] = {}
+
+    def queue(self, event_type: str) -> TypeQueue:
+        queue = self._queues.get(event_type)
+        if queue is None:
+            layout = QueueLayout(self._prefix, event_type, self._partitions.get(event_type, 1))
+            queue = self._queues[event_type] = TypeQueue(self._client, layout)
+        return queue
+
+    async def recorded(self, event_type: str) -> TypeQueue:
+        """The queue, after making sure the registry lists it (one write per service)."""
+        queue = self.queue(event_type)
+        if not queue.recorded:
+            await record_layout(self._client, queue.layout)
+            queue.recorded = True
+        return queue

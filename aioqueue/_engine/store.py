@@ -1,0 +1,206 @@
+"""The Redis side of one event type's queue: every read and write goes through here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import orjson
+
+from .client import (
+    REPLY_TIMEOUT,
+    RedisClient,
+    blocking_wait_limit,
+    ensure_slot_map,
+    within_reply_timeout,
+)
+from .envelope import Envelope, text
+from .keys import QueueKeys
+from .scripts import ACKNOWLEDGE, CANCEL, CLAIM, DISPATCH, ENQUEUE, FAIL, REQUEUE
+
+__all__ = ["Claimed", "DispatchResult", "EnqueueItem", "QueueStore", "Requeued"]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueItem:
+    """One event to schedule: `due_ms` is a delay, or epoch ms when `absolute`."""
+
+    id: str
+    payload: str
+    context_json: str
+    due_ms: int
+    absolute: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchResult:
+    dispatched: int
+    buried: int
+    server_now_ms: int
+    earliest_due_ms: int | None
+    """Due time of the earliest event left in the schedule, None when it is empty."""
+    limit: int
+    """How many events the call could take: the batch size, less if the ready list was full."""
+    ready_length: int
+    """Envelopes in the ready list after the call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    server_now_ms: int
+    ready_left: int
+    """Envelopes still in the ready list after this claim."""
+    envelopes: list[bytes | str]
+
+
+Requeued = Literal["requeued", "missing", "pending", "unreadable"]
+_REQUEUE_RESULTS: dict[int, Requeued] = {
+    1: "requeued",
+    0: "missing",
+    -1: "pending",
+    -2: "unreadable",
+}
+
+
+class QueueStore:
+    """One event type's keys on one client, with the atomic operations on them."""
+
+    __slots__ = ("client", "event_type", "keys")
+
+    def __init__(self, client: RedisClient, keys: QueueKeys, event_type: str) -> None:
+        self.client = client
+        self.keys = keys
+        self.event_type = event_type
+
+    async def enqueue(self, items: Sequence[EnqueueItem], *, replace: bool) -> list[bool]:
+        """Schedules `items` in one script call; False for each id that was kept pending."""
+        args: list[str | int] = ["1" if replace else "0", self.event_type]
+        for item in items:
+            kind = "at" if item.absolute else "delay"
+            args += [item.id, item.payload, item.context_json, kind, item.due_ms]
+        keys = [self.keys.schedule, self.keys.events, self.keys.sequence, self.keys.wake]
+        results = await ENQUEUE.run(self.client, keys, args)
+        return [int(result) == 1 for result in results]
+
+    async def cancel(self, event_id: str) -> bool:
+        keys = [self.keys.schedule, self.keys.events]
+        return int(await CANCEL.run(self.client, keys, [event_id])) == 1
+
+    async def dispatch(
+        self, *, batch_size: int, lease_ms: int, max_attempts: int, ready_capacity: int
+    ) -> DispatchResult:
+        k = self.keys
+        keys = [k.schedule, k.events, k.ready, k.dead_letters, k.dead_letter_times]
+        reply = await DISPATCH.run(
+            self.client, keys, [batch_size, lease_ms, max_attempts, ready_capacity]
+        )
+        dispatched, buried, now, earliest, limit, ready_length = (int(value) for value in reply)
+        return DispatchResult(
+            dispatched=dispatched,
+            buried=buried,
+            server_now_ms=now,
+            earliest_due_ms=None if earliest < 0 else earliest,
+            limit=limit,
+            ready_length=ready_length,
+        )
+
+    async def claim(
+        self, count: int, *, lease_ms: int, acknowledge: Sequence[Envelope] = ()
+    ) -> Claimed:
+        """Acknowledges the `acknowledge` deliveries, then pops up to `count` current envelopes
+        from the ready list (never blocks), in one atomic call."""
+        k = self.keys
+        keys = [k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times]
+        args: list[str | int | bytes] = [count, lease_ms]
+        if acknowledge:
+            args.append(orjson.dumps(_versions(acknowledge)))
+        reply = await CLAIM.run(self.client, keys, args)
+        return Claimed(
+            server_now_ms=int(reply[0]), ready_left=int(reply[1]), envelopes=list(reply[2:])
+        )
+
+    async def wait_for_ready(self, timeout: float) -> None:
+        """Blocks inside Redis until the ready list has an envelope or `timeout` passes.
+
+        The wait moves the head of the list to its tail (BLMOVE onto itself) instead of
+        popping it, so a wait that is cancelled or loses its connection takes nothing away:
+        envelopes only leave the list through claim.lua.
+        """
+        ready = self.keys.ready
+        await self._blocking_wait(timeout, "BLMOVE", ready, ready, "LEFT", "RIGHT")
+
+    async def wait_for_wake_signal(self, timeout: float) -> bool:
+        """Blocks until an enqueue (from any process) signals a sooner due time, or `timeout`."""
+        return await self._blocking_wait(timeout, "BLPOP", self.keys.wake) is not None
+
+    async def _blocking_wait(self, timeout: float, *command: str) -> Any:
+        """Runs a blocking command whose last argument is its timeout, with a reply deadline
+        that long plus REPLY_TIMEOUT."""
+        await ensure_slot_map(self.client)
+        wait = blocking_wait_limit(self.client, timeout)
+        # execute_command because redis-py types the timeout as int; Redis takes fractions.
+        reply = self.client.execute_command(*command, wait)
+        return await within_reply_timeout(reply, wait + REPLY_TIMEOUT)
+
+    async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
+        """Deletes the delivered versions of these events; returns how many were deleted."""
+        keys = [self.keys.schedule, self.keys.events]
+        return int(await ACKNOWLEDGE.run(self.client, keys, _versions(deliveries)))
+
+    async def fail(
+        self,
+        envelope: Envelope,
+        error: str,
+        *,
+        retry_delay_ms: int,
+        max_attempts: int,
+        bury: bool = False,
+    ) -> Literal["retry", "dead", "stale"]:
+        k = self.keys
+        keys = [k.schedule, k.events, k.dead_letters, k.dead_letter_times]
+        args: list[str | int] = [
+            envelope.id,
+            str(envelope.version),
+            error,
+            retry_delay_ms,
+            max_attempts,
+            "1" if bury else "0",
+        ]
+        outcome = text(await FAIL.run(self.client, keys, args))
+        if outcome not in ("retry", "dead", "stale"):
+            raise RuntimeError(f"fail.lua returned {outcome!r}")
+        return outcome  # type: ignore[return-value]
+
+    async def dead_letter_entries(self, limit: int) -> list[tuple[bytes | str, float]]:
+        """The newest `limit` dead letters as (stored envelope, died_at ms)."""
+        newest = cast(
+            "list[tuple[bytes | str, float]]",
+            await within_reply_timeout(
+                self.client.zrevrange(self.keys.dead_letter_times, 0, limit - 1, withscores=True)
+            ),
+        )
+        if not newest:
+            return []
+        ids = [event_id for event_id, _ in newest]
+        raws: list[bytes | str | None] = await within_reply_timeout(
+            self.client.hmget(self.keys.dead_letters, ids)
+        )
+        return [
+            (raw, died_at)
+            for raw, (_, died_at) in zip(raws, newest, strict=True)
+            if raw is not None
+        ]
+
+    async def requeue(self, event_id: str) -> Requeued:
+        k = self.keys
+        keys = [k.schedule, k.events, k.sequence, k.dead_letters, k.dead_letter_times]
+        return _REQUEUE_RESULTS[int(await REQUEUE.run(self.client, keys, [event_id]))]
+
+
+def _versions(deliveries: Sequence[Envelope]) -> list[str | int]:
+    """Script arguments naming delivered versions: id, version, id, version, ..."""
+    args: list[str | int] = []
+    for envelope in deliveries:
+        args += [envelope.id, str(envelope.version)]
+    return args

@@ -1,0 +1,59 @@
+"""Events: the base class, wire names, and the context a handler reads."""
+
+from __future__ import annotations
+
+import re
+import weakref
+from contextvars import ContextVar
+from typing import ClassVar
+
+from .errors import EventDefinitionError
+
+__all__ = ["Event", "event_context", "event_type_name"]
+
+# Wire names end up inside a Redis hash tag ("prefix:{Name}:..."), so braces are excluded
+# and the alphabet is kept small enough to be safe in any key, URL or metric label.
+_WIRE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+
+
+class Event:
+    """Base class of events: subclass it as a dataclass or a pydantic model with `id: str`.
+
+    `(wire name, id)` identifies an event. The wire name is the class name unless the class
+    sets `__event_type__ = "name"`; it is never read from a payload.
+    """
+
+    __slots__ = ()
+    __event_type__: ClassVar[str]
+    id: str
+
+
+event_context: ContextVar[dict[str, str]] = ContextVar("aioqueue_event_context")
+"""The context dict given at enqueue time, set while a handler runs."""
+
+
+# Looked up on every enqueue; weak so that classes made at run time can still go away.
+_wire_names: weakref.WeakKeyDictionary[type[Event], str] = weakref.WeakKeyDictionary()
+
+
+def event_type_name(event_class: type[Event]) -> str:
+    """Returns the wire name of an event class, validating the class on the way."""
+    if not (isinstance(event_class, type) and issubclass(event_class, Event)):
+        raise EventDefinitionError(
+            f"{event_class!r} is not an event class: subclass aioqueue.Event"
+        )
+    name = _wire_names.get(event_class)
+    if name is None:
+        name = _wire_names[event_class] = _validated_wire_name(event_class)
+    return name
+
+
+def _validated_wire_name(event_class: type[Event]) -> str:
+    # Only the class's own setting counts: a subclass is a different event type.
+    name = event_class.__dict__.get("__event_type__", event_class.__name__)
+    if not isinstance(name, str) or not _WIRE_NAME.fullmatch(name):
+        raise EventDefinitionError(
+            f"event type name {name!r} of {event_class.__qualname__} must be 1-128 characters "
+            "of letters, digits, '_', '.' or '-'"
+        )
+    return name

@@ -1,0 +1,211 @@
+"""EventService.builder(): collects settings, then validates and freezes them in build()."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from aioqueue._engine.client import RedisClient, service_client_from_url
+from aioqueue._engine.keys import MAX_PARTITIONS, validate_prefix
+from aioqueue._model.config import ServiceConfig
+from aioqueue._model.durations import Duration, to_seconds
+from aioqueue._model.errors import ConfigurationError
+from aioqueue._model.event import Event, event_type_name
+from aioqueue._model.instrumentation import Instrumentation, NoInstrumentation
+from aioqueue._model.metrics import Metrics, NoMetrics
+from aioqueue._model.retry import ExponentialBackoff, RetryPolicy
+from aioqueue._model.serializer import JsonSerializer, Serializer
+
+# The builder and the service stay a pair (`EventService.builder()` is the one way in, as in
+# the Java library this API follows), but only the service imports the builder at run time:
+# the builder is handed the class to build (`_ServiceFactory`) and names EventService for the
+# type checker alone, so the import graph stays a downward line from the service.
+if TYPE_CHECKING:
+    from .service import EventService
+
+__all__ = ["EventServiceBuilder"]
+
+T = TypeVar("T")
+V = TypeVar("V")
+
+
+class _ServiceFactory(Protocol):
+    def __call__(
+        self, config: ServiceConfig, client: RedisClient, *, owns_client: bool
+    ) -> EventService: ...
+
+
+class EventServiceBuilder:
+    """Collects the settings of an EventService; `build()` checks them all at once."""
+
+    def __init__(self, factory: _ServiceFactory) -> None:
+        self._factory = factory
+        self._client: RedisClient | None = None
+        self._url: str | None = None
+        self._prefix = "aioqueue"
+        self._durations: dict[str, Duration] = {
+            "scheduling_interval": 0.5,
+            "polling_timeout": 1.0,
+            "handler_timeout": 30.0,
+            "shutdown_grace": 10.0,
+            "loop_blocking_threshold": 0.5,
+        }
+        self._max_payload_bytes = 1024 * 1024
+        self._batch_size = 100
+        self._retry_attempts = 10
+        self._enable_scheduling = True
+        self._retry_policy: RetryPolicy = ExponentialBackoff()
+        self._serializer: Serializer = JsonSerializer()
+        self._metrics: Metrics = NoMetrics()
+        self._instrumentation: Instrumentation = NoInstrumentation()
+        self._partitions: dict[str, int] = {}
+
+    def client(self, client: RedisClient) -> EventServiceBuilder:
+        """Uses a client you own: the service never closes it."""
+        self._client, self._url = client, None
+        return self
+
+    def url(self, url: str) -> EventServiceBuilder:
+        """Connects to `url` (`redis://`, `rediss://`, `redis+cluster://`); the service closes
+        this client when it shuts down."""
+        self._url, self._client = url, None
+        return self
+
+    def prefix(self, prefix: str) -> EventServiceBuilder:
+        """First part of every key; services with different prefixes never see each other."""
+        self._prefix = prefix
+        return self
+
+    def scheduling_interval(self, interval: Duration) -> EventServiceBuilder:
+        """Longest time the dispatcher sleeps when nothing is due sooner."""
+        self._durations["scheduling_interval"] = interval
+        return self
+
+    def scheduling_batch_size(self, size: int) -> EventServiceBuilder:
+        """Most due events one dispatcher script call moves."""
+        self._batch_size = size
+        return self
+
+    def retry_attempts(self, attempts: int) -> EventServiceBuilder:
+        """Most times an event is handed to a handler before it goes to the dead letters."""
+        self._retry_attempts = attempts
+        return self
+
+    def polling_timeout(self, timeout: Duration) -> EventServiceBuilder:
+        """How long a consumer's blocking wait inside Redis lasts before it is renewed."""
+        self._durations["polling_timeout"] = timeout
+        return self
+
+    def handler_timeout(self, timeout: Duration) -> EventServiceBuilder:
+        """Handlers running longer are cut and count as failed; retries never start sooner."""
+        self._durations["handler_timeout"] = timeout
+        return self
+
+    def shutdown_grace(self, grace: Duration) -> EventServiceBuilder:
+        """How long leaving `async with` waits for running handlers before cancelling them."""
+        self._durations["shutdown_grace"] = grace
+        return self
+
+    def max_payload_bytes(self, limit: int) -> EventServiceBuilder:
+        """Largest payload plus context an enqueue accepts (default 1 MiB); larger ones raise
+        PayloadTooLargeError before anything is written."""
+        self._max_payload_bytes = limit
+        return self
+
+    def loop_blocking_threshold(self, threshold: Duration) -> EventServiceBuilder:
+        """Warn, naming the handler, when a handler blocks the event loop this long (default
+        0.5 s; 0 turns the check off)."""
+        self._durations["loop_blocking_threshold"] = threshold
+        return self
+
+    def enable_scheduling(self, enabled: bool = True) -> EventServiceBuilder:
+        """False: this service runs no dispatcher (it only produces, or only consumes)."""
+        self._enable_scheduling = enabled
+        return self
+
+    def retry_policy(self, policy: RetryPolicy) -> EventServiceBuilder:
+        self._retry_policy = policy
+        return self
+
+    def serializer(self, serializer: Serializer) -> EventServiceBuilder:
+        self._serializer = serializer
+        return self
+
+    def metrics(self, metrics: Metrics) -> EventServiceBuilder:
+        self._metrics = metrics
+        return self
+
+    def instrumentation(self, instrumentation: Instrumentation) -> EventServiceBuilder:
+        """Hooks around enqueue and handler calls, e.g. `aioqueue.tracing.OpenTelemetryTracing()`
+        (a W3C trace context that travels with each event)."""
+        self._instrumentation = instrumentation
+        return self
+
+    def partitions(self, event_class: type[Event], partitions: int) -> EventServiceBuilder:
+        """Spreads one event type over `partitions` hash tags (Redis Cluster slots).
+
+        An event's partition follows from its id, so dedupe, replace and cancel by id keep
+        working. Every service and producer of the type must use the same count; change it
+        only on an empty queue.
+        """
+        self._partitions[event_type_name(event_class)] = partitions
+        return self
+
+    def build(self) -> EventService:
+        """Validates every setting and returns the service; raises ConfigurationError."""
+        config = ServiceConfig(
+            prefix=_check(validate_prefix, self._prefix, "prefix"),
+            scheduling_interval=self._seconds("scheduling_interval", 0.001, 3600),
+            scheduling_batch_size=_int_in_range(
+                "scheduling_batch_size", self._batch_size, 1, 10_000
+            ),
+            retry_attempts=_int_in_range("retry_attempts", self._retry_attempts, 1, 1_000_000),
+            polling_timeout=self._seconds("polling_timeout", 0.01, 3600),
+            handler_timeout=self._seconds("handler_timeout", 0.001, 7 * 24 * 3600),
+            shutdown_grace=self._seconds("shutdown_grace", 0, 3600),
+            enable_scheduling=bool(self._enable_scheduling),
+            retry_policy=self._retry_policy,
+            serializer=self._serializer,
+            metrics=self._metrics,
+            instrumentation=self._instrumentation,
+            max_payload_bytes=_int_in_range(
+                "max_payload_bytes", self._max_payload_bytes, 1, 512 * 1024 * 1024
+            ),
+            loop_blocking_threshold=self._seconds("loop_blocking_threshold", 0, 3600),
+            partitions=MappingProxyType(
+                {
+                    event_type: _int_in_range(
+                        f"partitions of {event_type}", count, 1, MAX_PARTITIONS
+                    )
+                    for event_type, count in self._partitions.items()
+                }
+            ),
+        )
+        if self._client is not None:
+            return self._factory(config, self._client, owns_client=False)
+        if self._url is None:
+            raise ConfigurationError("set a Redis connection with .client(...) or .url(...)")
+        client = _check(service_client_from_url, self._url, "url")
+        return self._factory(config, client, owns_client=True)
+
+    def _seconds(self, name: str, low: float, high: float) -> float:
+        value = self._durations[name]
+        seconds = _check(lambda v: to_seconds(v, name), value, name)
+        if not low <= seconds <= high:
+            raise ConfigurationError(f"{name} must be between {low} and {high} s, got {value!r}")
+        return seconds
+
+
+def _int_in_range(name: str, value: int, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigurationError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def _check(convert: Callable[[V], T], value: V, name: str) -> T:
+    """Runs a validating conversion, turning its TypeError/ValueError into a config error."""
+    try:
+        return convert(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"invalid {name}: {exc}") from exc

@@ -1,0 +1,81 @@
+"""EventService's producing side: enqueue, enqueue_many and cancel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from aioqueue._engine.producer import DueTime, context_json
+from aioqueue._model.durations import Duration
+from aioqueue._model.event import Event, event_type_name
+
+from .base import ServiceBase
+
+__all__ = ["ServiceProducing"]
+
+
+class ServiceProducing(ServiceBase):
+    async def enqueue(
+        self,
+        event: Event,
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+    ) -> bool:
+        """Schedules `event` after `delay` (timedelta or seconds) or at `at` (aware datetime).
+
+        Returns True when scheduled, False when an event with the same type and id was
+        already pending and was kept. `replace=True` overwrites it instead: new payload,
+        context and due time, fresh attempt count.
+        """
+        self._ensure_open()
+        due = DueTime.of(delay, at)
+        event_type = event_type_name(type(event))
+        context = self._config.instrumentation.enqueue_context(context)
+        scheduled = await self._producer.enqueue(event, due, context_json(context), replace=replace)
+        self._after_enqueue([(event_type, scheduled)], due)
+        return scheduled
+
+    async def enqueue_many(
+        self,
+        events: Iterable[Event],
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+    ) -> list[bool]:
+        """Schedules many events with one due time and context, a few script calls in all.
+
+        Returns, per event in order, what enqueue() would have. Every event is validated
+        before anything is written.
+        """
+        self._ensure_open()
+        due = DueTime.of(delay, at)
+        context = self._config.instrumentation.enqueue_context(context)
+        outcomes = await self._producer.enqueue_many(
+            events, due, context_json(context), replace=replace
+        )
+        self._after_enqueue(outcomes, due)
+        return [scheduled for _, scheduled in outcomes]
+
+    def _after_enqueue(self, outcomes: list[tuple[str, bool]], due: DueTime) -> None:
+        metrics = self._config.metrics
+        for event_type, scheduled in outcomes:
+            metrics.event_enqueued(event_type, scheduled=scheduled)
+        if self._dispatcher is not None and any(
+            scheduled and event_type in self._registrations for event_type, scheduled in outcomes
+        ):
+            # A local event due before the dispatcher's next pass wakes it at once.
+            self._dispatcher.wake_for(due.due_in)
+
+    async def cancel(self, event_class: type[Event], event_id: str) -> bool:
+        """Removes a pending event; once this returns, no handler will be handed it.
+
+        A handler that is already running it is not interrupted. Returns False if no event
+        with that id was pending.
+        """
+        self._ensure_open()
+        return await self._queue_of(event_class).store_for(event_id).cancel(event_id)

@@ -1,0 +1,115 @@
+"""EventService: enqueue events, register handlers, and own every background task."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import anyio
+
+from aioqueue._delivery.dispatcher import Dispatcher
+from aioqueue._delivery.watchdog import LoopWatchdog
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.producer import Producer
+from aioqueue._engine.queues import QueueDirectory
+from aioqueue._model.config import ServiceConfig
+from aioqueue._model.errors import ServiceStateError
+
+from .base import ServiceState
+from .builder import EventServiceBuilder
+from .dead_letters import ServiceDeadLetters
+from .handlers import ServiceHandlers
+from .producing import ServiceProducing
+
+__all__ = ["EventService", "ServiceState"]
+
+
+class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters):
+    """Schedules events and delivers them to handlers when due.
+
+    Build one with `EventService.builder()`. `async with service:` starts the dispatcher and
+    one consumer per handler; leaving it stops taking events, gives running handlers
+    `shutdown_grace` to finish, cancels the rest and closes the connection if the service
+    opened it. A closed service cannot be entered again.
+
+    This module holds the lifecycle; each group of methods lives in a module of its own
+    (handlers, producing, dead_letters), all sharing the state declared in base.ServiceBase.
+    """
+
+    def __init__(self, config: ServiceConfig, client: RedisClient, *, owns_client: bool) -> None:
+        self._config = config
+        self._client = client
+        self._owns_client = owns_client
+        self._state = ServiceState.IDLE
+        self._queues = QueueDirectory(client, config.prefix, config.partitions)
+        self._producer = Producer(self._queues, config)
+        self._registrations = {}
+        # Made when the service starts: anyio's primitives need a running event loop, and a
+        # service is often built at import time.
+        self._dispatcher = None
+        self._task_group = None
+
+    @staticmethod
+    def builder() -> EventServiceBuilder:
+        return EventServiceBuilder(EventService)
+
+    @property
+    def config(self) -> ServiceConfig:
+        return self._config
+
+    @property
+    def state(self) -> ServiceState:
+        return self._state
+
+    def __repr__(self) -> str:
+        handled = ", ".join(sorted(self._registrations)) or "none"
+        return (
+            f"<EventService {self._state.value} prefix={self._config.prefix!r} handlers={handled}>"
+        )
+
+    async def __aenter__(self) -> EventService:
+        if self._state is not ServiceState.IDLE:
+            raise ServiceStateError(
+                f"the service is {self._state.value}; build a new one instead of re-entering it"
+            )
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        self._state = ServiceState.RUNNING
+        if self._config.enable_scheduling:
+            self._dispatcher = Dispatcher(self._config, self._handled_stores)
+            task_group.start_soon(self._dispatcher.run)
+        if self._config.loop_blocking_threshold > 0:
+            watchdog = LoopWatchdog(self._config.loop_blocking_threshold, self._handler_codes)
+            task_group.start_soon(watchdog.run)
+        for registration in self._registrations.values():
+            self._start_consumer(registration)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._task_group is not None
+        self._state = ServiceState.CLOSING
+        try:
+            # Phase 1: take nothing new. Phase 2: let running handlers finish within the
+            # grace period. Phase 3: cancel whatever is still running.
+            if self._dispatcher is not None:
+                self._dispatcher.stop()
+            consumers = [r.consumer for r in self._registrations.values() if r.consumer]
+            for consumer in consumers:
+                consumer.stop_taking()
+            with anyio.move_on_after(self._config.shutdown_grace):
+                for consumer in consumers:
+                    await consumer.wait_finished()
+            self._task_group.cancel_scope.cancel()
+        finally:
+            try:
+                await self._task_group.__aexit__(exc_type, exc, traceback)
+            finally:
+                self._task_group = None
+                self._state = ServiceState.CLOSED
+                if self._owns_client:
+                    await self._client.aclose()
