@@ -17,6 +17,7 @@ from ._model.errors import (
     PayloadDecodeError,
     PayloadTooLargeError,
     SerializationError,
+    ServiceFailedError,
     ServiceStateError,
 )
 from ._model.event import Event, event_context, event_type_name
@@ -52,6 +53,7 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "ServiceConfig",
+    "ServiceFailedError",
     "ServiceState",
     "ServiceStateError",
     "event_context",

@@ -9,6 +9,8 @@
     ├── PayloadDecodeError         a stored payload could not be decoded into its class
     ├── HandlerRegistrationError   a handler cannot be added (duplicate, bad parallelism)
     └── ServiceStateError          the call does not fit the service's state (e.g. closed)
+        └── ServiceFailedError     a background task of the service died (a bug): it no
+                                   longer works; the task's error is the __cause__
 
 The value errors also derive from ValueError and the definition error from TypeError, so
 code that catches the builtin categories keeps working.
@@ -25,6 +27,7 @@ __all__ = [
     "PayloadDecodeError",
     "PayloadTooLargeError",
     "SerializationError",
+    "ServiceFailedError",
     "ServiceStateError",
 ]
 
@@ -62,8 +65,16 @@ class PayloadDecodeError(AioqueueError, ValueError):
 
 
 class HandlerRegistrationError(AioqueueError, ValueError):
-    """A handler cannot be added: one is already registered, or parallelism is invalid."""
+    """A handler cannot be added: not a function, one that cannot take the event class, one
+    already registered for the type, or an invalid parallelism."""
 
 
 class ServiceStateError(AioqueueError, RuntimeError):
     """The service is in the wrong state for this call, for example already closed."""
+
+
+class ServiceFailedError(ServiceStateError):
+    """A background task of the service (dispatcher, consumer, watchdog) died of an
+    unexpected error: a bug, since they outlast Redis outages on their own. Raised by the
+    service's next operation and on leaving `async with service:`, with the task's error as
+    `__cause__`; the crash was also logged with its traceback when it happened."""
