@@ -1,11 +1,11 @@
 """Property-based: random sequences of queue operations against a model, on a real server.
 
 Hypothesis generates sequences of enqueue, replace, cancel, dispatch, claim, success,
-failure, crash and requeue, run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly
-as the library runs them) and, after every step, compares everything in Redis with a small
-model of the queue: no event may be lost (every pending event is in the schedule), none
-invented (nothing in Redis that the model does not have), and no stale copy may reach a
-handler.
+failure, crash, lease extension and requeue, run through aioqueue._engine.store.QueueStore
+(the Lua scripts, exactly as the library runs them) and, after every step, compares
+everything in Redis with a small model of the queue: no event may be lost (every pending
+event is in the schedule), none invented (nothing in Redis that the model does not have),
+and no stale copy may reach a handler.
 
 Time is made deterministic by the only two leases and delays used: 0 (due at once: for a
 lease, the worker is lost and its lease has already run out) and one hour (never due during
@@ -61,7 +61,7 @@ OPERATIONS = st.sampled_from(
     + ["claim"] * 3
     + ["success"] * 2
     + ["failure"] * 2
-    + ["undecodable", "crash", "replace-held", "cancel-held"]
+    + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held"]
 )
 PAYLOADS = st.integers(min_value=0, max_value=3).map(lambda n: f'{{"n":{n}}}')
 
@@ -295,6 +295,9 @@ class QueueModel:
         if outcome == "cancel-held":
             self.cancel(held.id)
             return
+        if outcome == "extend-held":  # a sync handler past its timeout (lease 0 or an hour)
+            self.extend_lease(held, delay_ms)
+            return
         self.held.remove(Held(held))
         if outcome == "success":
             self.succeed(held)
@@ -309,6 +312,19 @@ class QueueModel:
         assert deleted == (1 if self._is_current(envelope) else 0)
         if deleted:
             del self.pending[envelope.id]
+
+    def extend_lease(self, envelope: Envelope, lease_ms: int) -> None:
+        """Only the attempt still under way may be kept leased: never another version, nor
+        an attempt dispatched again or settled meanwhile."""
+        extended = self.run(self.store.extend_lease(envelope, lease_ms))
+        event = self.pending.get(envelope.id)
+        under_way = event is not None and (event.version, event.attempt) == (
+            envelope.version,
+            envelope.attempt,
+        )
+        assert extended is under_way
+        if event is not None and under_way:
+            event.due_now = lease_ms == 0
 
     def fail(self, envelope: Envelope, retry_ms: int, *, bury: bool) -> None:
         error = f"failed attempt {envelope.attempt} of version {envelope.version}"
