@@ -224,3 +224,23 @@ async def test_async_handlers_still_run_on_the_loop(service_builder: Builder) ->
         await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
         await recorder.wait_for(1)
     assert threads == [loop_thread]
+
+
+async def test_leaving_the_service_waits_for_a_sync_handler_still_running(
+    service_builder: Builder,
+) -> None:
+    """A thread cannot be cancelled: past the shutdown grace the service still waits for it,
+    rather than leave it running in a process that believes it has stopped."""
+    started, finished = threading.Event(), threading.Event()
+
+    def slow(event: PaymentCheck) -> bool:
+        started.set()
+        time.sleep(0.5)
+        finished.set()
+        return True
+
+    async with service_builder().shutdown_grace(0.05).build() as service:
+        service.add_handler(PaymentCheck, slow)
+        await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
+        await anyio.to_thread.run_sync(started.wait, 10)
+    assert finished.is_set()

@@ -31,6 +31,9 @@ from aioqueue._engine.store import QueueStore
 
 __all__ = ["ThreadedCalls", "ThreadedResult", "is_async_handler", "overrun_text"]
 
+# Seconds before a failed lease extension is tried again (a cut connection reconnects at once).
+_RETRY_EXTENSION_AFTER = 0.1
+
 
 def is_async_handler(handler: object) -> bool:
     """Whether calling `handler` returns a coroutine to await: an `async def` function, a
@@ -109,8 +112,9 @@ class ThreadedCalls:
             envelope.event_type,
             envelope.id,
         )
-        # The dispatcher pre-scheduled the next attempt for the timeout plus a margin: move it
-        # on before that margin runs out, and again every half lease.
+        # The dispatcher pre-scheduled the next attempt for the timeout plus a margin (one
+        # second): move it on before that margin runs out, and again every half lease. A
+        # failed extension is tried again soon, while the margin may still hold.
         while True:
             try:
                 if not await store.extend_lease(envelope, self._lease_ms):
@@ -119,7 +123,9 @@ class ThreadedCalls:
                 logger.warning(
                     "could not extend the lease of %s %r: %s", envelope.event_type, envelope.id, exc
                 )
-            await anyio.sleep(max(0.05, self._lease_ms / 2000))
+                await anyio.sleep(_RETRY_EXTENSION_AFTER)
+                continue
+            await anyio.sleep(max(_RETRY_EXTENSION_AFTER, self._lease_ms / 2000))
 
 
 def overrun_text(handler_name: str, timeout: float, took: float) -> str:
