@@ -6,6 +6,7 @@ async with service:
     await service.enqueue(PaymentCheck(id="p-1", order_id=42), timedelta(hours=3))
 """
 
+from ._engine.browse import EventInfo, PendingEvent, PendingPage
 from ._engine.envelope import DeadLetter
 from ._model.config import ServiceConfig
 from ._model.errors import (
@@ -13,6 +14,7 @@ from ._model.errors import (
     ConfigurationError,
     EventDefinitionError,
     HandlerRegistrationError,
+    InvalidCursorError,
     InvalidEnqueueError,
     PayloadDecodeError,
     PayloadTooLargeError,
@@ -34,6 +36,7 @@ __all__ = [
     "DeadLetter",
     "Event",
     "EventDefinitionError",
+    "EventInfo",
     "EventService",
     "EventServiceBuilder",
     "ExponentialBackoff",
@@ -41,6 +44,7 @@ __all__ = [
     "HandlerRegistrationError",
     "HandlingScope",
     "Instrumentation",
+    "InvalidCursorError",
     "InvalidEnqueueError",
     "JsonSerializer",
     "Metrics",
@@ -49,6 +53,8 @@ __all__ = [
     "Outcome",
     "PayloadDecodeError",
     "PayloadTooLargeError",
+    "PendingEvent",
+    "PendingPage",
     "RetryPolicy",
     "SerializationError",
     "Serializer",

@@ -7,6 +7,7 @@
     │   └── PayloadTooLargeError   the payload and context exceed max_payload_bytes
     ├── SerializationError         an event could not be encoded into a payload
     ├── PayloadDecodeError         a stored payload could not be decoded into its class
+    ├── InvalidCursorError         a page cursor that no page of pending events handed out
     ├── HandlerRegistrationError   a handler cannot be added (duplicate, bad parallelism)
     └── ServiceStateError          the call does not fit the service's state (e.g. closed)
         └── ServiceFailedError     a background task of the service died (a bug): it no
@@ -23,6 +24,7 @@ __all__ = [
     "ConfigurationError",
     "EventDefinitionError",
     "HandlerRegistrationError",
+    "InvalidCursorError",
     "InvalidEnqueueError",
     "PayloadDecodeError",
     "PayloadTooLargeError",
@@ -46,6 +48,10 @@ class EventDefinitionError(AioqueueError, TypeError):
 
 class InvalidEnqueueError(AioqueueError, ValueError):
     """The arguments of an enqueue were rejected before anything was written."""
+
+
+class InvalidCursorError(AioqueueError, ValueError):
+    """A cursor passed to `pending()` (or the CLI and HTTP listings) that no page handed out."""
 
 
 class PayloadTooLargeError(InvalidEnqueueError):

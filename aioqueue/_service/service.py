@@ -15,6 +15,7 @@ from aioqueue._model.config import ServiceConfig
 from aioqueue._model.errors import ServiceStateError
 
 from .base import ServiceState
+from .browsing import ServiceBrowsing
 from .builder import EventServiceBuilder
 from .dead_letters import ServiceDeadLetters
 from .handlers import ServiceHandlers
@@ -23,7 +24,7 @@ from .producing import ServiceProducing
 __all__ = ["EventService", "ServiceState"]
 
 
-class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters):
+class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters, ServiceBrowsing):
     """Schedules events and delivers them to handlers when due.
 
     Build one with `EventService.builder()`. `async with service:` starts the dispatcher and
@@ -32,7 +33,8 @@ class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters):
     opened it. A closed service cannot be entered again.
 
     This module holds the lifecycle; each group of methods lives in a module of its own
-    (handlers, producing, dead_letters), all sharing the state declared in base.ServiceBase.
+    (handlers, producing, dead_letters, browsing), all sharing the state declared in
+    base.ServiceBase.
     """
 
     def __init__(self, config: ServiceConfig, client: RedisClient, *, owns_client: bool) -> None:
