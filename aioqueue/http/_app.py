@@ -23,6 +23,7 @@ from aioqueue._admin.stats import read_stats, resolve_layouts
 from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.keys import validate_prefix
 
+from ._browse import browse_routes
 from ._events import EnqueueRequest, RequestError, enqueue
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
@@ -68,6 +69,7 @@ def create_app(
         Route("/dead-letters", api(state.dead_letters)),
         Route("/dead-letters/{type}/{id}", api(state.dead_letter)),
         Route("/dead-letters/{type}/{id}/requeue", api(state.requeue), methods=["POST"]),
+        *browse_routes(state, api),
     ]
     metrics = _metrics_endpoint(state)
     if metrics is not None:
