@@ -20,11 +20,14 @@ from .builder import EventServiceBuilder
 from .dead_letters import ServiceDeadLetters
 from .handlers import ServiceHandlers
 from .producing import ServiceProducing
+from .run_due import ServiceRunDue
 
 __all__ = ["EventService", "ServiceState"]
 
 
-class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters, ServiceBrowsing):
+class EventService(
+    ServiceHandlers, ServiceProducing, ServiceDeadLetters, ServiceBrowsing, ServiceRunDue
+):
     """Schedules events and delivers them to handlers when due.
 
     Build one with `EventService.builder()`. `async with service:` starts the dispatcher and
@@ -33,7 +36,7 @@ class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters, Servic
     opened it. A closed service cannot be entered again.
 
     This module holds the lifecycle; each group of methods lives in a module of its own
-    (handlers, producing, dead_letters, browsing), all sharing the state declared in
+    (handlers, producing, dead_letters, browsing, run_due), all sharing the state declared in
     base.ServiceBase.
     """
 
