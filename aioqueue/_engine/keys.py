@@ -45,6 +45,8 @@ class QueueKeys:
     wake: str
     """list: holds a token while an enqueue has made the earliest due time earlier; sleeping
     dispatchers block on it (BLPOP), so they wake at once, whichever process enqueued."""
+    schedules: str
+    """hash: recurring schedule name -> its record (JSON: spec, last tick produced...)."""
 
     @classmethod
     def for_type(cls, prefix: str, event_type: str) -> QueueKeys:
@@ -62,6 +64,7 @@ class QueueKeys:
             dead_letter_times=f"{base}:dead_letter_times",
             sequence=f"{base}:sequence",
             wake=f"{base}:wake",
+            schedules=f"{base}:schedules",
         )
 
 

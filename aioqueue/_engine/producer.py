@@ -126,6 +126,10 @@ class Producer:
                     writers.start_soon(write, store, chunk)
         return list(zip(types, results, strict=True))
 
+    def prepare(self, event: Event, due: DueTime, context: str = "{}") -> EnqueueItem:
+        """Validates and encodes one event for a script that writes it (a schedule's tick)."""
+        return self._item(event, due, context)
+
     def _item(self, event: Event, due: DueTime, context: str) -> EnqueueItem:
         event_id = getattr(event, "id", None)
         if not isinstance(event_id, str) or not event_id:

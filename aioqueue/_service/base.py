@@ -11,6 +11,7 @@ import enum
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup
@@ -28,6 +29,9 @@ from aioqueue._model.event import Event, event_type_name
 
 if sys.version_info < (3, 11):  # anyio depends on the backport there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
+
+if TYPE_CHECKING:
+    from .schedules import ScheduleRegistration
 
 __all__ = ["Registration", "ServiceBase", "ServiceState"]
 
@@ -65,6 +69,8 @@ class ServiceBase:
     """Owns every background task while the service runs."""
     _handler_threads: anyio.CapacityLimiter | None
     """Bounds the threads of every sync handler; made when the service starts."""
+    _schedules: dict[str, ScheduleRegistration]
+    """Recurring schedules this service declared, by name (see schedules.py)."""
     _background_failure: tuple[str, Exception] | None
     """(task, its error) once a background task died: every later operation fails."""
 

@@ -21,12 +21,18 @@ from .dead_letters import ServiceDeadLetters
 from .handlers import ServiceHandlers
 from .producing import ServiceProducing
 from .run_due import ServiceRunDue
+from .schedules import ServiceSchedules
 
 __all__ = ["EventService", "ServiceState"]
 
 
 class EventService(
-    ServiceHandlers, ServiceProducing, ServiceDeadLetters, ServiceBrowsing, ServiceRunDue
+    ServiceHandlers,
+    ServiceProducing,
+    ServiceDeadLetters,
+    ServiceBrowsing,
+    ServiceRunDue,
+    ServiceSchedules,
 ):
     """Schedules events and delivers them to handlers when due.
 
@@ -36,8 +42,8 @@ class EventService(
     opened it. A closed service cannot be entered again.
 
     This module holds the lifecycle; each group of methods lives in a module of its own
-    (handlers, producing, dead_letters, browsing, run_due), all sharing the state declared in
-    base.ServiceBase.
+    (handlers, producing, dead_letters, browsing, run_due, schedules), all sharing the state
+    declared in base.ServiceBase.
     """
 
     def __init__(self, config: ServiceConfig, client: RedisClient, *, owns_client: bool) -> None:
@@ -48,6 +54,7 @@ class EventService(
         self._queues = QueueDirectory(client, config.prefix, config.partitions)
         self._producer = Producer(self._queues, config)
         self._registrations = {}
+        self._schedules = {}
         # Made when the service starts: anyio's primitives need a running event loop, and a
         # service is often built at import time.
         self._dispatcher = None
@@ -91,6 +98,8 @@ class EventService(
             self._start_background("loop watchdog", watchdog.run)
         for registration in self._registrations.values():
             self._start_consumer(registration)
+        for schedule in self._schedules.values():
+            self._start_keeper(schedule)
         return self
 
     async def __aexit__(

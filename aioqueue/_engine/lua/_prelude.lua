@@ -8,6 +8,49 @@ local function server_time_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Writes a new version of an event's envelope and schedules it at `due` (ms): how every event
+-- enters a queue (enqueue.lua, schedule_tick.lua). `context` is a JSON object of strings.
+local function write_event(schedule, events, sequence, id, payload, context, due)
+  -- The type is left out: the key's hash tag says it, and every byte counts in a backlog.
+  local envelope = {
+    payload = payload,
+    attempt = 0,
+    version = redis.call('INCR', sequence),
+  }
+  local decoded = cjson.decode(context)
+  if next(decoded) ~= nil then
+    -- An empty context is left out: most events have none, and a backlog pays per byte.
+    envelope.context = decoded
+  end
+  redis.call('HSET', events, id, cjson.encode(envelope))
+  redis.call('ZADD', schedule, due, id)
+end
+
+-- Wakes dispatchers sleeping on the wake list. One token is enough however many writes came
+-- first: the list is kept at one element.
+local function wake_dispatchers(wake)
+  redis.call('RPUSH', wake, 1)
+  redis.call('LTRIM', wake, -1, -1)
+end
+
+-- Cancels a schedule's produced tick that is still to come (its event pending, due after
+-- `now`, no attempt started), so that a changed or removed schedule fires no more ticks.
+local function cancel_pending_tick(schedule, events, id, now)
+  if type(id) ~= 'string' then
+    return
+  end
+  local score = tonumber(redis.call('ZSCORE', schedule, id))
+  local stored = redis.call('HGET', events, id)
+  if not score or not stored or score <= now then
+    return
+  end
+  local ok, envelope = pcall(cjson.decode, stored)
+  if ok and type(envelope) == 'table' and envelope.due_at == nil then
+    redis.call('HDEL', events, id)
+    redis.call('ZREM', schedule, id)
+  end
+end
+
 -- What a consumer receives: the stored envelope with the event id put in front. The stored
 -- envelope leaves the id out (it is the hash field already: bytes per pending event are what
 -- a large backlog costs), and claim.lua rebuilds this exact text to recognise a current copy.

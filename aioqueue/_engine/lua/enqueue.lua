@@ -32,19 +32,7 @@ for i = 3, #ARGV, 5 do
     if ARGV[i + 3] == 'delay' then
       due = now + due
     end
-    -- The type is left out: the key's hash tag says it, and every byte counts in a backlog.
-    local envelope = {
-      payload = ARGV[i + 1],
-      attempt = 0,
-      version = redis.call('INCR', KEYS[3]),
-    }
-    local context = cjson.decode(ARGV[i + 2])
-    if next(context) ~= nil then
-      -- An empty context is left out: most events have none, and a backlog pays per byte.
-      envelope.context = context
-    end
-    redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
-    redis.call('ZADD', KEYS[1], due, id)
+    write_event(KEYS[1], KEYS[2], KEYS[3], id, ARGV[i + 1], ARGV[i + 2], due)
     results[#results + 1] = 1
     if due < earliest then
       sooner = true
@@ -53,8 +41,6 @@ for i = 3, #ARGV, 5 do
   end
 end
 if sooner and KEYS[4] then
-  -- One token is enough however many enqueues came first: keep the list at one element.
-  redis.call('RPUSH', KEYS[4], 1)
-  redis.call('LTRIM', KEYS[4], -1, -1)
+  wake_dispatchers(KEYS[4])
 end
 return results

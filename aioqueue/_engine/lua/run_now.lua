@@ -16,7 +16,5 @@ if ok and type(envelope) == 'table' and envelope.due_at ~= nil and score and sco
   return 'in_flight'
 end
 redis.call('ZADD', KEYS[1], now, id)
--- Wake sleeping dispatchers; one token is enough (see enqueue.lua).
-redis.call('RPUSH', KEYS[3], 1)
-redis.call('LTRIM', KEYS[3], -1, -1)
+wake_dispatchers(KEYS[3])
 return 'due'

@@ -1,0 +1,47 @@
+-- Produces one tick of a recurring schedule: enqueues the tick's event and records the tick,
+-- atomically, provided the schedule is still as the caller read it. So a tick is produced
+-- once however many services keep the schedule, and a service killed at any point neither
+-- loses nor doubles one.
+-- KEYS[1] schedules   KEYS[2] schedule   KEYS[3] events   KEYS[4] sequence   KEYS[5] wake
+-- ARGV[1] name   ARGV[2] spec   ARGV[3] the tick the caller read ('' when none yet)
+-- ARGV[4] the tick to produce (ms)   ARGV[5] event id   ARGV[6] payload (JSON text)
+-- ARGV[7] context (JSON object of strings)   ARGV[8] due (ms, server clock)
+-- Returns {outcome, server now ms, record JSON or false}: 'produced' (the event is
+-- scheduled), 'kept' (an event with that id was pending already and is kept: the tick is
+-- recorded all the same), 'moved' (another service produced a tick meanwhile: nothing
+-- written), 'changed' (the stored spec is another one: nothing written), 'gone' (removed).
+local now = server_time_ms()
+local name = ARGV[1]
+local raw = redis.call('HGET', KEYS[1], name)
+if not raw then
+  return {'gone', now, false}
+end
+local ok, record = pcall(cjson.decode, raw)
+if not ok or type(record) ~= 'table' then
+  return {'gone', now, false}
+end
+if record.spec ~= ARGV[2] then
+  return {'changed', now, raw}
+end
+local seen = record.tick and tostring(record.tick) or ''
+if seen ~= ARGV[3] then
+  return {'moved', now, raw}
+end
+local id = ARGV[5]
+local outcome = 'kept'
+if redis.call('HEXISTS', KEYS[3], id) == 0 then
+  local due = tonumber(ARGV[8])
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  write_event(KEYS[2], KEYS[3], KEYS[4], id, ARGV[6], ARGV[7], due)
+  if not first[2] or due < tonumber(first[2]) then
+    wake_dispatchers(KEYS[5])
+  end
+  outcome = 'produced'
+end
+record.previous_tick = record.tick
+record.tick = tonumber(ARGV[4])
+record.tick_id = id
+record.produced_at = now
+raw = cjson.encode(record)
+redis.call('HSET', KEYS[1], name, raw)
+return {outcome, now, raw}

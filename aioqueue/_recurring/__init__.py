@@ -1,0 +1,1 @@
+"""Recurring events: cron and interval schedules whose ticks are ordinary delayed events."""

@@ -1,0 +1,205 @@
+"""Keeping one schedule: every service that declares it runs a keeper, and one tick at a time
+is produced, ahead of its time, by whichever keeper's script call comes first.
+
+A keeper reads the schedule's record. While the latest produced tick is still to come, it
+sleeps until then; once that tick's time has come it produces the next one, due at its
+tick, through schedule_tick.lua, which writes the event only if the record still holds the
+tick the keeper read. The tick's delivery is then that of any delayed event (the dispatcher
+wakes for it), and its id, derived from the tick by the schedule's event factory, dedupes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+import anyio
+
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.keys import QueueKeys
+from aioqueue._engine.producer import DueTime, Producer
+from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._engine.store import EnqueueItem
+from aioqueue._model.errors import ConfigurationError
+from aioqueue._model.event import Event, event_type_name
+
+from .records import ScheduleRecord, declare, produce_tick, read_record
+from .spec import ScheduleSpec
+
+__all__ = ["Misfire", "ScheduleDeclaration", "ScheduleKeeper"]
+
+Misfire = Literal["skip", "once", "all"]
+
+# Missed ticks a keeper walks through at most when counting them for misfire="all" (a cron
+# expression has no arithmetic shortcut): beyond it, the oldest missed ticks are dropped.
+_MISSED_TICKS_SCAN_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleDeclaration:
+    name: str
+    spec: ScheduleSpec
+    make_event: Callable[[datetime], Event]
+    event_type: str
+    misfire: Misfire
+    max_catch_up: int
+
+
+class ScheduleKeeper:
+    """Produces a schedule's ticks with the other services that declare it (see above)."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        keys: QueueKeys,
+        prefix: str,
+        declaration: ScheduleDeclaration,
+        producer: Producer,
+    ) -> None:
+        self._client = client
+        self._keys = keys
+        self._prefix = prefix
+        self._declaration = declaration
+        self._producer = producer
+        self._warned_spec: str | None = None
+
+    async def run(self) -> None:
+        """Keeps the schedule until cancelled, or until the schedule is removed from Redis."""
+        declaration = self._declaration
+        errors = ErrorBackoff(f"keeping schedule {declaration.name!r}")
+        declared = False
+        record: ScheduleRecord | None
+        while True:
+            try:
+                if not declared:
+                    record = await self._declare()
+                    declared = True
+                else:
+                    record = await read_record(self._client, self._keys, declaration.name)
+                if record is None:
+                    logger.warning(
+                        "schedule %r was removed from Redis; this service stops keeping it",
+                        declaration.name,
+                    )
+                    return
+                wait = await self._step(record)
+                errors.reset()
+            except REDIS_ERRORS as exc:
+                await errors.sleep_after(exc)
+                continue
+            except _TickNotMade as exc:
+                logger.error("schedule %r: %s", declaration.name, exc, exc_info=exc.__cause__)
+                await errors.sleep_after(exc)
+                continue
+            if wait > 0:
+                await anyio.sleep(wait)
+
+    async def _declare(self) -> ScheduleRecord:
+        declaration = self._declaration
+        outcome, record = await declare(
+            self._client, self._keys, self._prefix, declaration.event_type, declaration.name,
+            declaration.spec.key,
+        )  # fmt: skip
+        if outcome not in ("created", "same"):
+            logger.warning(
+                "schedule %r changed from %r to %r; the pending tick of the old spec is "
+                "cancelled", declaration.name, outcome, declaration.spec.key,
+            )  # fmt: skip
+        return record
+
+    async def _step(self, record: ScheduleRecord) -> float:
+        """Produces what is due to be produced; returns how long to sleep before the next
+        look (0: look again at once)."""
+        if record.tick is not None and record.tick > record.now:
+            return (record.tick - record.now) / 1000  # the latest tick is still to come
+        spec = self._stored_spec(record)
+        for tick in self._ticks_to_produce(spec, record.tick, record.now):
+            item = self._prepare(spec, tick)
+            outcome, _ = await produce_tick(
+                self._client, self._keys, self._declaration.name, spec.key, record.tick, tick,
+                item,
+            )  # fmt: skip
+            if outcome not in ("produced", "kept"):
+                return 0  # another service moved the schedule on, or it changed: read again
+            if outcome == "kept":
+                logger.warning(
+                    "schedule %r: tick %s has the id %r of an event still pending, which is "
+                    "kept; derive the id from the tick", self._declaration.name,
+                    spec.tick_time(tick).isoformat(), item.id,
+                )  # fmt: skip
+            record = _advanced(record, tick)
+        return 0
+
+    def _stored_spec(self, record: ScheduleRecord) -> ScheduleSpec:
+        """The spec Redis holds: the most recent declaration wins, wherever it was made."""
+        ours = self._declaration.spec
+        if record.spec == ours.key:
+            return ours
+        if self._warned_spec != record.spec:
+            self._warned_spec = record.spec
+            logger.warning(
+                "schedule %r: Redis holds %r, this service declared %r; the most recent "
+                "declaration wins, and this service follows it", self._declaration.name,
+                record.spec, ours.key,
+            )  # fmt: skip
+        try:
+            return ScheduleSpec.from_key(record.spec)
+        except ConfigurationError as exc:
+            raise _TickNotMade(f"the stored spec is unusable: {exc}") from exc
+
+    def _ticks_to_produce(self, spec: ScheduleSpec, last: int | None, now: int) -> list[int]:
+        if last is None:
+            return [next(spec.ticks_after(now))]
+        upcoming = next(spec.ticks_after(last))
+        if upcoming > now:
+            return [upcoming]
+        # Ticks were missed while no service kept the schedule.
+        misfire = self._declaration.misfire
+        if misfire == "skip":
+            return [next(spec.ticks_after(now))]
+        if misfire == "once":
+            latest = spec.latest_at_or_before(now)
+            return [latest if latest is not None and latest > last else upcoming]
+        missed: deque[int] = deque(maxlen=self._declaration.max_catch_up)
+        ticks = itertools.islice(spec.ticks_after(last), _MISSED_TICKS_SCAN_LIMIT)
+        missed.extend(itertools.takewhile(lambda tick: tick <= now, ticks))
+        if upcoming < missed[0]:
+            logger.warning(
+                "schedule %r: more than max_catch_up=%d ticks were missed; producing the "
+                "latest %d", self._declaration.name, self._declaration.max_catch_up,
+                len(missed),
+            )  # fmt: skip
+        return list(missed)
+
+    def _prepare(self, spec: ScheduleSpec, tick: int) -> EnqueueItem:
+        declaration = self._declaration
+        moment = spec.tick_time(tick)
+        try:
+            event = declaration.make_event(moment)
+        except Exception as exc:
+            raise _TickNotMade(f"the event factory failed for tick {moment.isoformat()}") from exc
+        if not isinstance(event, Event) or event_type_name(type(event)) != declaration.event_type:
+            raise _TickNotMade(
+                f"the event factory returned {event!r} for tick {moment.isoformat()}, not a "
+                f"{declaration.event_type} event"
+            )
+        try:
+            return self._producer.prepare(event, DueTime(tick, absolute=True, due_in=0.0))
+        except ValueError as exc:
+            raise _TickNotMade(f"the tick's event cannot be enqueued: {exc}") from exc
+
+
+def _advanced(record: ScheduleRecord, tick: int) -> ScheduleRecord:
+    """The record as this keeper just wrote it, for its next produce in the same step."""
+    return ScheduleRecord(
+        spec=record.spec, tick=tick, previous_tick=record.tick, tick_id=None,
+        produced_at=record.now, now=record.now,
+    )  # fmt: skip
+
+
+class _TickNotMade(Exception):
+    """The tick's event could not be made; the keeper logs it and tries again later."""
