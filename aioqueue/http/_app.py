@@ -6,8 +6,12 @@ import contextlib
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
+from typing import Any
 
 import orjson
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -25,7 +29,7 @@ from aioqueue._engine.keys import validate_prefix
 
 from ._events import EnqueueRequest, RequestError, enqueue
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # Dead letters one listing returns at most, whatever `limit` asks for.
@@ -48,7 +52,7 @@ def create_app(
     if (url is None) == (client is None):
         raise ValueError("give exactly one of url and client")
     validate_prefix(prefix)
-    state = _State(prefix, token or None, max_body_bytes)
+    state = _State(prefix, None if token is None else validate_token(token), max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -66,13 +70,29 @@ def create_app(
         Route("/stats", api(state.stats)),
         Route("/events", api(state.post_event), methods=["POST"]),
         Route("/dead-letters", api(state.dead_letters)),
-        Route("/dead-letters/{type}/{id}", api(state.dead_letter)),
-        Route("/dead-letters/{type}/{id}/requeue", api(state.requeue), methods=["POST"]),
+        # `path`: an id may contain '/' (sent as %2F, which the server decodes before
+        # routing). A GET of an id ending in "/requeue" still reaches the first route, and
+        # a POST only the second.
+        Route("/dead-letters/{type}/{id:path}", api(state.dead_letter)),
+        Route("/dead-letters/{type}/{id:path}/requeue", api(state.requeue), methods=["POST"]),
     ]
     metrics = _metrics_endpoint(state)
     if metrics is not None:
         routes.append(Route("/metrics", api(metrics)))
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=ERROR_HANDLERS)
+
+
+def validate_token(token: str) -> str:
+    """The bearer token, refused when it could not protect anything: an empty token would
+    turn authentication off without anyone noticing, and one with spaces or characters
+    outside printable ASCII cannot travel unchanged in an Authorization header."""
+    if not token:
+        raise ValueError(
+            "the token is empty: give a real token, or none at all to serve without one"
+        )
+    if not all("!" <= char <= "~" for char in token):
+        raise ValueError("the token must be printable ASCII without spaces")
+    return token
 
 
 async def dashboard(request: Request) -> Response:
@@ -101,6 +121,29 @@ def _metrics_endpoint(state: _State) -> Endpoint | None:
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def _redis_unavailable(request: Request, exc: Exception) -> Response:
+    # The message is redis-py's ("Error 111 connecting to host:port. Connection refused."):
+    # it names the server but, unlike the URL, never its password.
+    return _error(503, f"Redis is unavailable: {exc}", {"Retry-After": "1"})
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    # Starlette still logs the traceback; the client gets JSON rather than plain text.
+    return _error(500, f"internal error ({type(exc).__name__}); the server log has the details")
+
+
+ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+    RedisConnectionError: _redis_unavailable,
+    RedisTimeoutError: _redis_unavailable,
+    ClusterError: _redis_unavailable,
+    TryAgainError: _redis_unavailable,  # a slot in migration: its queues pause meanwhile
+    # RedisCluster raises the base class when none of its startup nodes answers.
+    RedisClusterException: _redis_unavailable,
+    OSError: _redis_unavailable,
+    Exception: _internal_error,
+}
 
 
 class _State:
