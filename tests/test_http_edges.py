@@ -140,6 +140,34 @@ async def test_ids_with_slashes_are_shown_and_requeued(
 
 
 @pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/stats?type=a%7Bb%7D"),
+        ("GET", "/dead-letters?type=Parcel&type=a%7Bb%7D"),
+        ("GET", "/dead-letters/a%7Bb%7D/p-1"),
+        ("POST", "/dead-letters/a%7Bb%7D/p-1/requeue"),
+    ],
+)
+async def test_a_type_that_is_no_wire_name_is_refused(
+    http: httpx.AsyncClient, method: str, path: str
+) -> None:
+    response = await http.request(method, path)
+    assert response.status_code == 422, response.text
+    assert response.json() == {
+        "error": "type 'a{b}' is not an event type's wire name: "
+        "1-128 letters, digits, '_', '.' or '-'"
+    }
+
+
+async def test_unknown_routes_and_methods_answer_in_json(http: httpx.AsyncClient) -> None:
+    missing = await http.get("/no-such-route")
+    assert (missing.status_code, missing.json()) == (404, {"error": "Not Found"})
+    wrong = await http.delete("/stats")
+    assert (wrong.status_code, wrong.json()) == (405, {"error": "Method Not Allowed"})
+    assert wrong.headers["allow"] == "GET, HEAD"
+
+
+@pytest.mark.parametrize(
     ("options", "env", "message"),
     [
         (["--token", ""], {}, "the token is empty"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -13,6 +13,7 @@ from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -26,6 +27,7 @@ from aioqueue._admin.actions import (
 from aioqueue._admin.stats import read_stats, resolve_layouts
 from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.keys import validate_prefix
+from aioqueue._model.event import _WIRE_NAME
 
 from ._events import EnqueueRequest, RequestError, enqueue
 
@@ -119,8 +121,14 @@ def _metrics_endpoint(state: _State) -> Endpoint | None:
     return scrape
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Unknown routes (404) and wrong methods (405) answer in JSON like every other error.
+    assert isinstance(exc, HTTPException)
+    return _error(exc.status_code, exc.detail, exc.headers)
 
 
 async def _redis_unavailable(request: Request, exc: Exception) -> Response:
@@ -135,6 +143,7 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 
 
 ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+    HTTPException: _http_error,
     RedisConnectionError: _redis_unavailable,
     RedisTimeoutError: _redis_unavailable,
     ClusterError: _redis_unavailable,
@@ -154,7 +163,9 @@ class _State:
         self.client: RedisClient
 
     def api(self, endpoint: Endpoint) -> Endpoint:
-        """Wraps an API endpoint: checks the bearer token when one is configured."""
+        """Wraps an API endpoint: checks the bearer token when one is configured, and that
+        every event type named in the path or the query is a wire name (a name with braces
+        would read another type's keys)."""
 
         async def checked(request: Request) -> Response:
             if self.token is not None and not self._authorized(request):
@@ -163,6 +174,14 @@ class _State:
                     "missing or wrong bearer token: send Authorization: Bearer <token>",
                     {"WWW-Authenticate": 'Bearer realm="aioqueue"'},
                 )
+            named = [*request.query_params.getlist("type"), request.path_params.get("type", "")]
+            for event_type in filter(None, named):
+                if not _WIRE_NAME.fullmatch(event_type):
+                    return _error(
+                        422,
+                        f"type {event_type!r} is not an event type's wire name: "
+                        "1-128 letters, digits, '_', '.' or '-'",
+                    )
             return await endpoint(request)
 
         return checked
