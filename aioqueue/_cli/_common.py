@@ -40,8 +40,16 @@ DEFAULT_PREFIX = "aioqueue"
 # How long a command waits for a server's first answer before it says it cannot reach it.
 REACH_TIMEOUT = 5.0
 # What a server that is down, unreachable or refusing connections raises. RedisCluster
-# raises RedisClusterException, which is no RedisError, when none of its nodes answers.
-CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError)
+# raises RedisClusterException, which is no RedisError, when none of its nodes answers; the
+# builtin ConnectionError and TimeoutError are what a socket raises past redis-py. Other
+# OSErrors (a missing file in a worker's own code) keep their traceback.
+CONNECTION_ERRORS = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    RedisClusterException,
+    ConnectionError,
+    TimeoutError,
+)
 
 # A string: argparse's class is not subscriptable at run time.
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

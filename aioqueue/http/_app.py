@@ -150,7 +150,8 @@ ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] =
     TryAgainError: _redis_unavailable,  # a slot in migration: its queues pause meanwhile
     # RedisCluster raises the base class when none of its startup nodes answers.
     RedisClusterException: _redis_unavailable,
-    OSError: _redis_unavailable,
+    ConnectionError: _redis_unavailable,  # a socket error redis-py did not wrap
+    TimeoutError: _redis_unavailable,
     Exception: _internal_error,
 }
 
