@@ -121,11 +121,17 @@ async def run_demo(
                 for _ in range(PRODUCERS):
                     producers.start_soon(produce)
             bar = ProgressBar(events, out)
-            with anyio.fail_after(spread + 60):
+            with anyio.move_on_after(spread + 60) as waiting:
                 while not metrics.all_settled.is_set():
                     bar.show(metrics.settled)
                     with anyio.move_on_after(0.1):
                         await metrics.all_settled.wait()
+            if waiting.cancelled_caught:
+                bar.close()
+                raise CommandError(
+                    f"only {metrics.settled} of {events} events were handled within "
+                    f"{spread + 60:g} s; is the server still up?"
+                )
             bar.show(metrics.settled)
             bar.close()
             elapsed = time.perf_counter() - started
