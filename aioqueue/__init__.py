@@ -6,6 +6,7 @@ async with service:
     await service.enqueue(PaymentCheck(id="p-1", order_id=42), timedelta(hours=3))
 """
 
+from ._engine.browse import EventInfo, PendingEvent, PendingPage
 from ._engine.envelope import DeadLetter
 from ._model.config import ServiceConfig
 from ._model.errors import (
@@ -13,10 +14,12 @@ from ._model.errors import (
     ConfigurationError,
     EventDefinitionError,
     HandlerRegistrationError,
+    InvalidCursorError,
     InvalidEnqueueError,
     PayloadDecodeError,
     PayloadTooLargeError,
     SerializationError,
+    ServiceFailedError,
     ServiceStateError,
 )
 from ._model.event import Event, event_context, event_type_name
@@ -33,6 +36,7 @@ __all__ = [
     "DeadLetter",
     "Event",
     "EventDefinitionError",
+    "EventInfo",
     "EventService",
     "EventServiceBuilder",
     "ExponentialBackoff",
@@ -40,6 +44,7 @@ __all__ = [
     "HandlerRegistrationError",
     "HandlingScope",
     "Instrumentation",
+    "InvalidCursorError",
     "InvalidEnqueueError",
     "JsonSerializer",
     "Metrics",
@@ -48,10 +53,13 @@ __all__ = [
     "Outcome",
     "PayloadDecodeError",
     "PayloadTooLargeError",
+    "PendingEvent",
+    "PendingPage",
     "RetryPolicy",
     "SerializationError",
     "Serializer",
     "ServiceConfig",
+    "ServiceFailedError",
     "ServiceState",
     "ServiceStateError",
     "event_context",

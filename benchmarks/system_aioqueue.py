@@ -26,6 +26,7 @@ import aioqueue
 from aioqueue import (
     Event,
     EventService,
+    EventServiceBuilder,
     JsonSerializer,
     NoMetrics,
     Outcome,
@@ -40,6 +41,8 @@ from aioqueue._engine.scripts import script_source
 from aioqueue._engine.store import QueueStore
 
 ENQUEUE_MANY = "enqueue_many"
+# The drain with a plain `def` handler, which the service runs in worker threads.
+SYNC_HANDLER = "sync_handler"
 # Events per enqueue_many call in the enqueue_many variant.
 MANY_BATCH = 100
 DUE_KEY = "bench_due"
@@ -97,7 +100,10 @@ class AioqueueSystem:
         return {"aioqueue": aioqueue.__version__, "redis-py": redis_py_version()}
 
     def variants(self) -> Sequence[str]:
-        return [ENQUEUE_MANY] if hasattr(EventService, ENQUEUE_MANY) else []
+        return [
+            *([ENQUEUE_MANY] if hasattr(EventService, ENQUEUE_MANY) else []),
+            *([SYNC_HANDLER] if hasattr(EventServiceBuilder, "handler_threads") else []),
+        ]
 
     def producer(
         self, url: str, variant: str, *, tag_due_times: bool = False
@@ -124,10 +130,16 @@ class AioqueueSystem:
                 recorder.cross_check_lateness.append(time.time() - float(due))
             return True
 
+        def handle_in_thread(event: BenchEvent) -> bool:
+            return True
+
         # Defaults everywhere but parallelism, which matches the peers' default concurrency.
         service = EventService.builder().url(url).metrics(RecorderMetrics(recorder)).build()
         async with service:
-            service.add_handler(BenchEvent, handle, parallelism=CONCURRENCY)
+            if variant == SYNC_HANDLER:
+                service.add_handler(BenchEvent, handle_in_thread, parallelism=CONCURRENCY)
+            else:
+                service.add_handler(BenchEvent, handle, parallelism=CONCURRENCY)
             on_ready()
             await recorder.done.wait()
 

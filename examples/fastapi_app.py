@@ -12,11 +12,13 @@ run the handlers elsewhere.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import redis.exceptions
 from fastapi import FastAPI, Query
 
 from aioqueue import Event, EventService
@@ -36,20 +38,30 @@ async def send_reminder(event: PaymentReminder) -> bool:
     return True
 
 
+logger = logging.getLogger("fastapi_app")
+URL = os.environ.get("AIOQUEUE_URL", "redis://localhost:6379")
+
 service = (
-    EventService.builder()
-    .url(os.environ.get("AIOQUEUE_URL", "redis://localhost:6379"))
-    .prefix(os.environ.get("AIOQUEUE_PREFIX", "aioqueue"))
-    .build()
+    EventService.builder().url(URL).prefix(os.environ.get("AIOQUEUE_PREFIX", "aioqueue")).build()
 )
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Starts the dispatcher and the consumer with the app; shuts them down gracefully with it.
-    async with service:
-        service.add_handler(PaymentReminder, send_reminder, parallelism=8)
-        yield
+    try:
+        async with service:
+            service.add_handler(PaymentReminder, send_reminder, parallelism=8)
+            # One read at start-up, so an unreachable server fails the start, not a request.
+            dead = await service.dead_letters(PaymentReminder, limit=100)
+            if dead:
+                logger.warning(
+                    "%d payment reminders are dead letters: aioqueue dead list", len(dead)
+                )
+            yield
+    except redis.exceptions.ConnectionError as exc:
+        # Errors leave `async with service:` as raised, so this catches the block's own error.
+        raise RuntimeError(f"cannot start: Redis at {URL} is unreachable ({exc})") from exc
 
 
 app = FastAPI(lifespan=lifespan)

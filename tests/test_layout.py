@@ -24,6 +24,7 @@ LAYERS = {
     "__init__": 4,
     "tracing": 4,
     "prometheus": 4,
+    "pytest_plugin": 4,
     "spark": 4,
     "http": 5,
     "_cli": 6,

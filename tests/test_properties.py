@@ -1,11 +1,11 @@
 """Property-based: random sequences of queue operations against a model, on a real server.
 
 Hypothesis generates sequences of enqueue, replace, cancel, dispatch, claim, success,
-failure, crash and requeue, run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly
-as the library runs them) and, after every step, compares everything in Redis with a small
-model of the queue: no event may be lost (every pending event is in the schedule), none
-invented (nothing in Redis that the model does not have), and no stale copy may reach a
-handler.
+failure, crash, lease extension, browsing and requeue, run through aioqueue._engine.store.QueueStore
+(the Lua scripts, exactly as the library runs them) and, after every step, compares
+everything in Redis with a small model of the queue: no event may be lost (every pending
+event is in the schedule), none invented (nothing in Redis that the model does not have),
+and no stale copy may reach a handler.
 
 Time is made deterministic by the only two leases and delays used: 0 (due at once: for a
 lease, the worker is lost and its lease has already run out) and one hour (never due during
@@ -27,8 +27,9 @@ import redis.asyncio as redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aioqueue._engine.browse import inspect_event, pending_page
 from aioqueue._engine.envelope import Envelope, text
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.store import EnqueueItem, QueueStore
 from aioqueue.testing import EmbeddedServer
 
@@ -36,6 +37,7 @@ T = TypeVar("T")
 
 EVENT_TYPE = "Prop"
 KEYS = QueueKeys.for_type("prop", EVENT_TYPE)
+LAYOUT = QueueLayout("prop", EVENT_TYPE)
 HOUR_MS = 3_600_000
 MAX_ATTEMPTS = 2
 # Large enough that every dispatch takes every due event: which ones a smaller batch takes
@@ -61,7 +63,7 @@ OPERATIONS = st.sampled_from(
     + ["claim"] * 3
     + ["success"] * 2
     + ["failure"] * 2
-    + ["undecodable", "crash", "replace-held", "cancel-held"]
+    + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "browse"]
 )
 PAYLOADS = st.integers(min_value=0, max_value=3).map(lambda n: f'{{"n":{n}}}')
 
@@ -201,6 +203,8 @@ class QueueModel:
             self.dispatch(step.lease_ms)
         elif operation == "claim":
             self.claim(step.count, step.lease_ms)
+        elif operation == "browse":
+            self.browse(step.count)
         elif self.held:
             self.settle(operation, step.index, step.payload, step.delay_ms)
 
@@ -279,6 +283,32 @@ class QueueModel:
             event.due_now = lease_ms == 0
             self.held.append(Held(envelope))
 
+    def browse(self, page_size: int) -> None:
+        """Paging through the schedule lists every pending event once, with its attempt, and
+        inspecting finds each one as the model has it."""
+        listed: list[tuple[str, int]] = []
+        cursor = None
+        while True:
+            page = self.run(pending_page(self.client, LAYOUT, limit=page_size, cursor=cursor))
+            listed += [(event.id, event.attempt) for event in page.events]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        expected = {(event_id, event.attempt) for event_id, event in self.pending.items()}
+        assert sorted(listed) == sorted(expected)
+        for event_id, event in self.pending.items():
+            info = self.run(inspect_event(self.client, LAYOUT, event_id))
+            assert info is not None
+            assert (info.attempt, info.payload, info.last_error) == (
+                event.attempt, event.payload, event.error
+            )  # fmt: skip
+            if event.due_now:
+                assert info.state == "due"
+        for event_id in self.dead:
+            info = self.run(inspect_event(self.client, LAYOUT, event_id))
+            assert info is not None
+            assert info.state == "dead"
+
     # -- settling ----------------------------------------------------------------------------
 
     def _is_current(self, envelope: Envelope) -> bool:
@@ -295,6 +325,9 @@ class QueueModel:
         if outcome == "cancel-held":
             self.cancel(held.id)
             return
+        if outcome == "extend-held":  # a sync handler past its timeout (lease 0 or an hour)
+            self.extend_lease(held, delay_ms)
+            return
         self.held.remove(Held(held))
         if outcome == "success":
             self.succeed(held)
@@ -309,6 +342,19 @@ class QueueModel:
         assert deleted == (1 if self._is_current(envelope) else 0)
         if deleted:
             del self.pending[envelope.id]
+
+    def extend_lease(self, envelope: Envelope, lease_ms: int) -> None:
+        """Only the attempt still under way may be kept leased: never another version, nor
+        an attempt dispatched again or settled meanwhile."""
+        extended = self.run(self.store.extend_lease(envelope, lease_ms))
+        event = self.pending.get(envelope.id)
+        under_way = event is not None and (event.version, event.attempt) == (
+            envelope.version,
+            envelope.attempt,
+        )
+        assert extended is under_way
+        if event is not None and under_way:
+            event.due_now = lease_ms == 0
 
     def fail(self, envelope: Envelope, retry_ms: int, *, bury: bool) -> None:
         error = f"failed attempt {envelope.attempt} of version {envelope.version}"

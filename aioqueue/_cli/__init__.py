@@ -26,6 +26,7 @@ from aioqueue._cli._common import (
     resolve_connection_options,
 )
 from aioqueue._cli._dead_cmd import add_cancel_command, add_dead_command
+from aioqueue._cli._events_cmd import add_events_command
 from aioqueue._cli._serve_cmd import add_serve_command
 from aioqueue._cli._stats_cmd import add_stats_command
 from aioqueue._cli._worker_cmd import add_worker_command
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo_command(commands)
     add_stats_command(commands)
     add_dead_command(commands)
+    add_events_command(commands)
     add_cancel_command(commands)
     add_worker_command(commands)
     add_serve_command(commands)

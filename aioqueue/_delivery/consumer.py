@@ -67,11 +67,18 @@ class Consumer:
         parallelism: int,
         config: ServiceConfig,
         on_claimed: Callable[[int], None] = lambda ready_left: None,
+        thread_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
+        """`thread_limiter` bounds the threads of a sync handler, shared with the service's
+        other sync handlers (anyio's default limiter if None)."""
         event_type = stores[0].event_type
         self._partitions = [_Partition(store, Acknowledger(store)) for store in stores]
         self._runner = HandlerRunner(
-            event_type=event_type, event_class=event_class, handler=handler, config=config
+            event_type=event_type,
+            event_class=event_class,
+            handler=handler,
+            config=config,
+            thread_limiter=thread_limiter,
         )
         self._on_claimed = on_claimed
         self._parallelism = parallelism

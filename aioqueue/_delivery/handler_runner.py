@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,10 +20,15 @@ from aioqueue._model.metrics import Outcome
 
 from .acknowledger import SETTLE_TIMEOUT
 from .handler_timeouts import HandlerTimeouts, TimeoutLane
+from .threaded_calls import ThreadedCalls, is_async_handler, overrun_text
 
 __all__ = ["Handler", "HandlerRunner", "Succeeded"]
 
-Handler = Callable[[Any], Awaitable[bool]]
+Handler = Callable[[Any], Awaitable[bool]] | Callable[[Any], bool]
+"""An `async def` handler, or a plain function (run in a worker thread, see threaded_calls)."""
+
+# How much of an unexpected return value the error text quotes.
+_RESULT_REPR_LIMIT = 200
 
 
 @dataclass(slots=True)
@@ -52,7 +58,13 @@ class HandlerRunner:
     """
 
     def __init__(
-        self, *, event_type: str, event_class: type[Event], handler: Handler, config: ServiceConfig
+        self,
+        *,
+        event_type: str,
+        event_class: type[Event],
+        handler: Handler,
+        config: ServiceConfig,
+        thread_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         self._event_type = event_type
         self._event_class = event_class
@@ -61,6 +73,16 @@ class HandlerRunner:
         self.timeouts = HandlerTimeouts(config.handler_timeout)
         # A callable object's repr can be long and changing; its class names it well enough.
         self.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
+        self._threaded: ThreadedCalls | None = None
+        """Set for a sync handler: its calls run in threads, outside the timeout lanes."""
+        if not is_async_handler(handler):
+            self._threaded = ThreadedCalls(
+                handler,
+                handler_name=self.handler_name,
+                limiter=thread_limiter or anyio.to_thread.current_default_thread_limiter(),
+                timeout=config.handler_timeout,
+                lease_ms=config.lease_ms,
+            )
 
     async def run(
         self, store: QueueStore, raw: bytes | str, claimed_at_ms: int, lane: TimeoutLane
@@ -158,9 +180,15 @@ class HandlerRunner:
         """Runs the handler in `lane` (whose scope the timeout cancels); returns None on
         success, else the error text. A cut-off call ends in the lane's cancellation."""
         token = event_context.set(dict(envelope.context))
-        self.timeouts.start(lane, call)
         try:
-            result = await self._handler(event)
+            if self._threaded is None:
+                self.timeouts.start(lane, call)
+                result = await self._handler(event)  # type: ignore[misc]
+            else:
+                threaded = await self._threaded.call(event, call.store, envelope)
+                if threaded.overran is not None:
+                    return overrun_text(self.handler_name, self.timeouts.timeout, threaded.overran)
+                result = threaded.value
         except Exception as exc:
             logger.warning(
                 "handler %s failed on %s %r (attempt %d)",
@@ -178,7 +206,24 @@ class HandlerRunner:
             event_context.reset(token)
         if result is True:
             return None
-        return f"handler {self.handler_name} returned {result!r}"
+        if result is False:
+            return f"handler {self.handler_name} returned False"
+        if inspect.isawaitable(result):
+            # A plain function (a lambda, a decorator's wrapper) that returns a coroutine: it
+            # ran in a thread, and awaiting the coroutine here would run it without a timeout.
+            if inspect.iscoroutine(result):
+                result.close()
+            return (
+                f"handler {self.handler_name} is a plain function that returned "
+                f"{type(result).__name__}; register the async function itself"
+            )
+        shown = repr(result)
+        if len(shown) > _RESULT_REPR_LIMIT:
+            shown = shown[:_RESULT_REPR_LIMIT] + "..."
+        return (
+            f"handler {self.handler_name} returned {shown}; return True when the event is done "
+            "(False or an exception to try again)"
+        )
 
     async def _settle_failure(
         self, store: QueueStore, envelope: Envelope, error: str, *, bury: bool = False

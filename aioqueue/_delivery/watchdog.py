@@ -61,8 +61,9 @@ class LoopWatchdog:
             reported_beat = beat
             culprit = self._handler_on_stack(sys._current_frames().get(loop_thread))
             logger.warning(
-                "the event loop has been blocked for %.2f s%s; handlers must await, not block "
-                "(run blocking calls with anyio.to_thread.run_sync)",
+                "the event loop has been blocked for %.2f s%s; an async handler must await, "
+                "not block: write a handler that blocks (a database driver, requests, smtplib) "
+                "as a plain `def` function, and aioqueue runs it in a worker thread",
                 stalled,
                 f" by handler {culprit}" if culprit else "",
             )

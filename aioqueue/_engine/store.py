@@ -17,7 +17,7 @@ from .client import (
 )
 from .envelope import Envelope, text
 from .keys import QueueKeys
-from .scripts import ACKNOWLEDGE, CANCEL, CLAIM, DISPATCH, ENQUEUE, FAIL, REQUEUE
+from .scripts import ACKNOWLEDGE, CANCEL, CLAIM, DISPATCH, ENQUEUE, EXTEND_LEASE, FAIL, REQUEUE
 
 __all__ = ["Claimed", "DispatchResult", "EnqueueItem", "QueueStore", "Requeued"]
 
@@ -147,6 +147,18 @@ class QueueStore:
         """Deletes the delivered versions of these events; returns how many were deleted."""
         keys = [self.keys.schedule, self.keys.events]
         return int(await ACKNOWLEDGE.run(self.client, keys, _versions(deliveries)))
+
+    async def extend_lease(self, envelope: Envelope, lease_ms: int) -> bool:
+        """Moves the next attempt of this delivery to `lease_ms` from now; False when the
+        delivered attempt is no longer the one pending (settled, cancelled, replaced)."""
+        keys = [self.keys.schedule, self.keys.events]
+        args: list[str | int] = [
+            envelope.id,
+            str(envelope.version),
+            str(envelope.attempt),
+            lease_ms,
+        ]
+        return bool(await EXTEND_LEASE.run(self.client, keys, args))
 
     async def fail(
         self,

@@ -40,6 +40,8 @@ class ServiceConfig:
     """Largest payload plus context (UTF-8 bytes) an enqueue accepts."""
     loop_blocking_threshold: float
     """Warn when the event loop stalls this long while a handler runs; 0 turns it off."""
+    handler_threads: int
+    """Most worker threads the service's sync (plain function) handlers use at once."""
     partitions: Mapping[str, int]
     """Event type wire name -> partition count, for the types that have more than one."""
 

@@ -7,8 +7,11 @@
     │   └── PayloadTooLargeError   the payload and context exceed max_payload_bytes
     ├── SerializationError         an event could not be encoded into a payload
     ├── PayloadDecodeError         a stored payload could not be decoded into its class
+    ├── InvalidCursorError         a page cursor that no page of pending events handed out
     ├── HandlerRegistrationError   a handler cannot be added (duplicate, bad parallelism)
     └── ServiceStateError          the call does not fit the service's state (e.g. closed)
+        └── ServiceFailedError     a background task of the service died (a bug): it no
+                                   longer works; the task's error is the __cause__
 
 The value errors also derive from ValueError and the definition error from TypeError, so
 code that catches the builtin categories keeps working.
@@ -21,10 +24,12 @@ __all__ = [
     "ConfigurationError",
     "EventDefinitionError",
     "HandlerRegistrationError",
+    "InvalidCursorError",
     "InvalidEnqueueError",
     "PayloadDecodeError",
     "PayloadTooLargeError",
     "SerializationError",
+    "ServiceFailedError",
     "ServiceStateError",
 ]
 
@@ -45,6 +50,10 @@ class InvalidEnqueueError(AioqueueError, ValueError):
     """The arguments of an enqueue were rejected before anything was written."""
 
 
+class InvalidCursorError(AioqueueError, ValueError):
+    """A cursor passed to `pending()` (or the CLI and HTTP listings) that no page handed out."""
+
+
 class PayloadTooLargeError(InvalidEnqueueError):
     """An event's payload and context are larger than the service's max_payload_bytes."""
 
@@ -62,8 +71,16 @@ class PayloadDecodeError(AioqueueError, ValueError):
 
 
 class HandlerRegistrationError(AioqueueError, ValueError):
-    """A handler cannot be added: one is already registered, or parallelism is invalid."""
+    """A handler cannot be added: not a function, one that cannot take the event class, one
+    already registered for the type, or an invalid parallelism."""
 
 
 class ServiceStateError(AioqueueError, RuntimeError):
     """The service is in the wrong state for this call, for example already closed."""
+
+
+class ServiceFailedError(ServiceStateError):
+    """A background task of the service (dispatcher, consumer, watchdog) died of an
+    unexpected error: a bug, since they outlast Redis outages on their own. Raised by the
+    service's next operation and on leaving `async with service:`, with the task's error as
+    `__cause__`; the crash was also logged with its traceback when it happened."""

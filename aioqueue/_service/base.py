@@ -8,8 +8,11 @@ declare here what they read, so each module can be read (and type-checked) on it
 from __future__ import annotations
 
 import enum
+import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import anyio
 from anyio.abc import TaskGroup
 
 from aioqueue._delivery.consumer import Consumer
@@ -18,9 +21,13 @@ from aioqueue._delivery.handler_runner import Handler
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.producer import Producer
 from aioqueue._engine.queues import QueueDirectory, TypeQueue
+from aioqueue._engine.recovery import logger
 from aioqueue._model.config import ServiceConfig
-from aioqueue._model.errors import ServiceStateError
+from aioqueue._model.errors import ServiceFailedError, ServiceStateError
 from aioqueue._model.event import Event, event_type_name
+
+if sys.version_info < (3, 11):  # anyio depends on the backport there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
 
 __all__ = ["Registration", "ServiceBase", "ServiceState"]
 
@@ -56,10 +63,42 @@ class ServiceBase:
     """Made when the service starts, and only if it dispatches."""
     _task_group: TaskGroup | None
     """Owns every background task while the service runs."""
+    _handler_threads: anyio.CapacityLimiter | None
+    """Bounds the threads of every sync handler; made when the service starts."""
+    _background_failure: tuple[str, Exception] | None
+    """(task, its error) once a background task died: every later operation fails."""
 
     def _ensure_open(self) -> None:
+        self._raise_background_failure()
         if self._state in (ServiceState.CLOSING, ServiceState.CLOSED):
             raise ServiceStateError(f"the service is {self._state.value}")
+
+    def _start_background(self, what: str, run: Callable[[], Awaitable[None]]) -> None:
+        """Runs `run` in the service's task group, supervised (see EventService.__aexit__)."""
+        assert self._task_group is not None
+        self._task_group.start_soon(self._supervised, what, run, name=f"aioqueue {what}")
+
+    async def _supervised(self, what: str, run: Callable[[], Awaitable[None]]) -> None:
+        # Background tasks ride out Redis outages themselves; anything reaching here is a bug.
+        # It is kept rather than raised into the task group, which would cancel the caller's
+        # code and leave as an exception group.
+        try:
+            await run()
+        except Exception as exc:
+            logger.critical(
+                "the service's %s died; the service no longer works", what, exc_info=True
+            )
+            if self._background_failure is None:
+                self._background_failure = (what, exc)
+
+    def _raise_background_failure(self) -> None:
+        """Raises ServiceFailedError, caused by the task's error, if a background task died."""
+        if self._background_failure is not None:
+            what, exc = self._background_failure
+            first = exc
+            while isinstance(first, BaseExceptionGroup):  # the task's own groups: name a leaf
+                first = first.exceptions[0]
+            raise ServiceFailedError(f"the service's {what} died: {first!r}") from exc
 
     def _queue_of(self, event_class: type[Event]) -> TypeQueue:
         return self._queues.queue(event_type_name(event_class))

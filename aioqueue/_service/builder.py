@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 
 __all__ = ["EventServiceBuilder"]
 
+# The threads of sync handlers, all handlers together. As many as anyio's own default pool:
+# sync handlers mostly wait on a database, an HTTP API or SMTP (waiting releases the GIL), so
+# tens of threads overlap well, while a backlog cannot start hundreds of threads each holding
+# a connection. Raise it when the sync handlers' parallelism adds up to more.
+DEFAULT_HANDLER_THREADS = 40
+
 T = TypeVar("T")
 V = TypeVar("V")
 
@@ -53,6 +59,7 @@ class EventServiceBuilder:
         }
         self._max_payload_bytes = 1024 * 1024
         self._batch_size = 100
+        self._handler_threads = DEFAULT_HANDLER_THREADS
         self._retry_attempts = 10
         self._enable_scheduling = True
         self._retry_policy: RetryPolicy = ExponentialBackoff()
@@ -119,6 +126,13 @@ class EventServiceBuilder:
         self._durations["loop_blocking_threshold"] = threshold
         return self
 
+    def handler_threads(self, threads: int) -> EventServiceBuilder:
+        """Most worker threads the sync (plain `def`) handlers of this service use at once,
+        all handlers together (default 40). Each sync handler also stays within its own
+        `parallelism`."""
+        self._handler_threads = threads
+        return self
+
     def enable_scheduling(self, enabled: bool = True) -> EventServiceBuilder:
         """False: this service runs no dispatcher (it only produces, or only consumes)."""
         self._enable_scheduling = enabled
@@ -173,6 +187,7 @@ class EventServiceBuilder:
                 "max_payload_bytes", self._max_payload_bytes, 1, 512 * 1024 * 1024
             ),
             loop_blocking_threshold=self._seconds("loop_blocking_threshold", 0, 3600),
+            handler_threads=_int_in_range("handler_threads", self._handler_threads, 1, 10_000),
             partitions=MappingProxyType(
                 {
                     event_type: _int_in_range(

@@ -19,34 +19,45 @@ def annotated_event_class(handler: object) -> type[Event] | None:
     """The Event subclass the handler's first parameter is annotated with.
 
     None when the first parameter has no annotation, or one that is not an Event subclass
-    (`Any`, `object`, a union): those are taken on trust. Raises HandlerRegistrationError when
-    the handler takes no positional parameter, or when its annotation cannot be evaluated
-    (a name imported only under TYPE_CHECKING, say), since the handler could then not be
-    checked at all.
+    (`Any`, `object`, a union), or when the annotations cannot be evaluated at run time (a
+    name imported only under TYPE_CHECKING): those are taken on trust, as the type checker
+    already checks them. Raises HandlerRegistrationError when the handler takes no positional
+    parameter.
     """
     try:
         signature = inspect.signature(handler, eval_str=True)  # type: ignore[arg-type]
-    except (NameError, AttributeError, SyntaxError) as exc:
-        raise HandlerRegistrationError(
-            f"cannot read the annotations of handler {_name_of(handler)}: {exc}"
-        ) from exc
+    except (NameError, AttributeError, SyntaxError):
+        # Only the type checker can resolve them; the parameter count still can be checked.
+        signature = inspect.signature(handler)  # type: ignore[arg-type]
+        _positional_parameters(handler, signature)
+        return None
     except (TypeError, ValueError):
         return None  # a builtin or other callable without a signature: nothing to check
+    annotation = _positional_parameters(handler, signature)[0].annotation
+    if isinstance(annotation, type) and issubclass(annotation, Event):
+        return annotation
+    return None
+
+
+def _positional_parameters(
+    handler: object, signature: inspect.Signature
+) -> list[inspect.Parameter]:
     parameters = [
         parameter
         for parameter in signature.parameters.values()
         if parameter.kind
-        in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.VAR_POSITIONAL,
+        )
     ]
     if not parameters:
         raise HandlerRegistrationError(
             f"handler {_name_of(handler)} takes no positional parameter; it is called with the "
             "event as its only argument"
         )
-    annotation = parameters[0].annotation
-    if isinstance(annotation, type) and issubclass(annotation, Event):
-        return annotation
-    return None
+    return parameters
 
 
 def _name_of(handler: object) -> str:

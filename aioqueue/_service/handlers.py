@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from types import CodeType
 from typing import TypeVar
@@ -13,6 +14,7 @@ from aioqueue._model.errors import HandlerRegistrationError
 from aioqueue._model.event import Event, event_type_name
 
 from .base import Registration, ServiceBase, ServiceState
+from .handler_signature import annotated_event_class
 
 __all__ = ["ServiceHandlers"]
 
@@ -23,17 +25,21 @@ class ServiceHandlers(ServiceBase):
     def add_handler(
         self,
         event_class: type[E],
-        handler: Callable[[E], Awaitable[bool]],
+        handler: Callable[[E], Awaitable[bool]] | Callable[[E], bool],
         *,
         parallelism: int = 1,
     ) -> None:
         """Delivers due events of `event_class` to `handler`, at most `parallelism` at once.
 
         Works before and while the service runs. The handler returns True when done; False,
-        an exception or the handler timeout mean "try again later".
+        an exception, the handler timeout or any other return value mean "try again later".
+        An `async def` handler runs on the event loop; a plain function runs in a worker
+        thread (see EventServiceBuilder.handler_threads). Raises HandlerRegistrationError
+        for a handler that could never work (see _check_handler).
         """
         self._ensure_open()
         event_type = event_type_name(event_class)
+        _check_handler(event_class, handler)
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise HandlerRegistrationError(
                 f"parallelism must be an integer >= 1, got {parallelism!r}"
@@ -66,7 +72,6 @@ class ServiceHandlers(ServiceBase):
         return True
 
     def _start_consumer(self, registration: Registration) -> None:
-        assert self._task_group is not None
         registration.consumer = Consumer(
             stores=self._queues.queue(registration.event_type).stores,
             event_class=registration.event_class,
@@ -74,8 +79,9 @@ class ServiceHandlers(ServiceBase):
             parallelism=registration.parallelism,
             config=self._config,
             on_claimed=self._ready_list_drained,
+            thread_limiter=self._handler_threads,
         )
-        self._task_group.start_soon(registration.consumer.run)
+        self._start_background(f"consumer of {registration.event_type}", registration.consumer.run)
 
     def _handler_codes(self) -> dict[CodeType, str]:
         codes = {}
@@ -93,3 +99,27 @@ class ServiceHandlers(ServiceBase):
     def _handled_stores(self) -> Iterator[QueueStore]:
         for event_type in self._registrations:
             yield from self._queues.queue(event_type).stores
+
+
+def _check_handler(event_class: type[Event], handler: object) -> None:
+    """Refuses, at registration rather than at the first delivery, a handler that cannot take
+    `event_class` events: not callable, a coroutine object (the handler called instead of
+    passed), no parameter for the event, or a first parameter annotated with another class."""
+    if inspect.iscoroutine(handler):
+        name = handler.__qualname__
+        handler.close()  # never awaited on purpose: spare the caller Python's warning about it
+        raise HandlerRegistrationError(
+            f"the handler for {event_class.__qualname__} is a coroutine object: pass the "
+            f"function itself ({name}), not the result of calling it ({name}(...))"
+        )
+    if not callable(handler):
+        raise HandlerRegistrationError(
+            f"the handler for {event_class.__qualname__} must be a function (async def, or a "
+            f"plain def run in a worker thread), got {handler!r}"
+        )
+    annotated = annotated_event_class(handler)
+    if annotated is not None and not issubclass(event_class, annotated):
+        raise HandlerRegistrationError(
+            f"handler {getattr(handler, '__qualname__', type(handler).__qualname__)} takes "
+            f"{annotated.__qualname__} events but is added for {event_class.__qualname__}"
+        )

@@ -15,15 +15,19 @@ from aioqueue._model.config import ServiceConfig
 from aioqueue._model.errors import ServiceStateError
 
 from .base import ServiceState
+from .browsing import ServiceBrowsing
 from .builder import EventServiceBuilder
 from .dead_letters import ServiceDeadLetters
 from .handlers import ServiceHandlers
 from .producing import ServiceProducing
+from .run_due import ServiceRunDue
 
 __all__ = ["EventService", "ServiceState"]
 
 
-class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters):
+class EventService(
+    ServiceHandlers, ServiceProducing, ServiceDeadLetters, ServiceBrowsing, ServiceRunDue
+):
     """Schedules events and delivers them to handlers when due.
 
     Build one with `EventService.builder()`. `async with service:` starts the dispatcher and
@@ -32,7 +36,8 @@ class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters):
     opened it. A closed service cannot be entered again.
 
     This module holds the lifecycle; each group of methods lives in a module of its own
-    (handlers, producing, dead_letters), all sharing the state declared in base.ServiceBase.
+    (handlers, producing, dead_letters, browsing, run_due), all sharing the state declared in
+    base.ServiceBase.
     """
 
     def __init__(self, config: ServiceConfig, client: RedisClient, *, owns_client: bool) -> None:
@@ -47,6 +52,8 @@ class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters):
         # service is often built at import time.
         self._dispatcher = None
         self._task_group = None
+        self._handler_threads = None
+        self._background_failure = None
 
     @staticmethod
     def builder() -> EventServiceBuilder:
@@ -74,13 +81,14 @@ class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters):
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._handler_threads = anyio.CapacityLimiter(self._config.handler_threads)
         self._state = ServiceState.RUNNING
         if self._config.enable_scheduling:
             self._dispatcher = Dispatcher(self._config, self._handled_stores)
-            task_group.start_soon(self._dispatcher.run)
+            self._start_background("dispatcher", self._dispatcher.run)
         if self._config.loop_blocking_threshold > 0:
             watchdog = LoopWatchdog(self._config.loop_blocking_threshold, self._handler_codes)
-            task_group.start_soon(watchdog.run)
+            self._start_background("loop watchdog", watchdog.run)
         for registration in self._registrations.values():
             self._start_consumer(registration)
         return self
@@ -91,6 +99,19 @@ class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        """Stops the service; an error of the `async with` body leaves exactly as raised.
+
+        The task group is how the service owns its tasks, not something its caller should
+        see. anyio wraps any error its host code raises in an ExceptionGroup, which would
+        turn `except KeyError` or `except redis.exceptions.ConnectionError` around the block
+        into dead code. Two rules keep it inside, as aiojobs keeps its jobs' errors from its
+        caller: background tasks never raise into the group (see ServiceBase._supervised: a
+        crash is logged and raised as ServiceFailedError by the next operation or here), and
+        the body's error is not handed to the group (only a cancellation is, so the group's
+        scope can tell whether it caused it). Unwrapping a one-error group afterwards, the
+        other common fix, loses the error's place in the traceback and fails as soon as a
+        second error joins it.
+        """
         assert self._task_group is not None
         self._state = ServiceState.CLOSING
         try:
@@ -106,10 +127,16 @@ class EventService(ServiceHandlers, ServiceProducing, ServiceDeadLetters):
                     await consumer.wait_finished()
             self._task_group.cancel_scope.cancel()
         finally:
+            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             try:
-                await self._task_group.__aexit__(exc_type, exc, traceback)
+                if cancelled:
+                    await self._task_group.__aexit__(exc_type, exc, traceback)
+                else:
+                    await self._task_group.__aexit__(None, None, None)
             finally:
                 self._task_group = None
                 self._state = ServiceState.CLOSED
                 if self._owns_client:
                     await self._client.aclose()
+        if exc is None:
+            self._raise_background_failure()

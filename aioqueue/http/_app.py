@@ -29,6 +29,7 @@ from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.keys import validate_prefix
 from aioqueue._model.event import _WIRE_NAME
 
+from ._browse import browse_routes
 from ._events import EnqueueRequest, RequestError, enqueue
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
@@ -77,6 +78,7 @@ def create_app(
         # a POST only the second.
         Route("/dead-letters/{type}/{id:path}", api(state.dead_letter)),
         Route("/dead-letters/{type}/{id:path}/requeue", api(state.requeue), methods=["POST"]),
+        *browse_routes(state, api),
     ]
     metrics = _metrics_endpoint(state)
     if metrics is not None:

@@ -1,0 +1,160 @@
+"""`aioqueue events list|show|run-now|cancel`: look into one type's schedule, by type name."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+
+from aioqueue._admin.actions import cancel_event
+from aioqueue._admin.stats import resolve_layouts
+from aioqueue._engine.browse import inspect_event, pending_page, run_now
+from aioqueue._model.errors import InvalidCursorError
+
+from ._common import (
+    CommandError,
+    Commands,
+    add_connection_options,
+    connect,
+    print_json,
+    print_table,
+)
+
+__all__ = ["add_events_command"]
+
+
+def add_events_command(commands: Commands) -> None:
+    events = commands.add_parser(
+        "events", help="list a type's pending events, show one, run one now or cancel it"
+    )
+    actions = events.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser(
+        "list",
+        help="pending events in schedule order, a page at a time",
+        description="Pending events of TYPE in schedule order (a dispatched event sorts at its "
+        "lease end). Pass the printed cursor with --cursor for the next page.",
+    )
+    add_connection_options(listing)
+    listing.add_argument("type", metavar="TYPE")
+    listing.add_argument("--due-after", type=_moment, metavar="T", help="from this time on")
+    listing.add_argument("--due-before", type=_moment, metavar="T", help="before this time")
+    listing.add_argument("--limit", type=int, default=50, help="events per page (default 50)")
+    listing.add_argument("--cursor", help="the cursor a previous page printed")
+    listing.add_argument("--json", action="store_true", help="print only JSON")
+    listing.set_defaults(run=run_list)
+
+    for name, run, help_text in (
+        ("show", run_show, "one event in full: state, due time, attempt, last error, payload"),
+        ("run-now", run_run_now, "make a pending event due now (its attempt count is kept)"),
+        ("cancel", run_cancel, "remove a pending event"),
+    ):
+        parser = actions.add_parser(name, help=help_text)
+        add_connection_options(parser)
+        parser.add_argument("type", metavar="TYPE")
+        parser.add_argument("id", metavar="ID")
+        parser.add_argument("--json", action="store_true", help="print only JSON")
+        parser.set_defaults(run=run)
+
+
+def _moment(value: str) -> datetime:
+    """An ISO 8601 time; without an offset it is taken as UTC, as the listings print."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time (e.g. 2026-11-24T18:00:00+01:00): {value!r}"
+        ) from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+async def run_list(args: argparse.Namespace) -> int:
+    async with connect(args.url) as client:
+        [layout] = await resolve_layouts(client, args.prefix, [args.type])
+        try:
+            page = await pending_page(
+                client,
+                layout,
+                limit=args.limit,
+                cursor=args.cursor,
+                due_before=args.due_before,
+                due_after=args.due_after,
+            )
+        except InvalidCursorError as exc:
+            raise CommandError(str(exc)) from exc
+    if args.json:
+        print_json(page.to_json())
+        return 0
+    if not page.events:
+        print(f"no pending {args.type} events" + (" after the cursor" if args.cursor else ""))
+        return 0
+    rows = [
+        (e.id, f"{e.due_at:%Y-%m-%d %H:%M:%S.%f}"[:-3], e.state, e.attempt, e.payload_bytes)
+        for e in page.events
+    ]
+    print_table(("ID", "DUE AT (UTC)", "STATE", "ATTEMPT", "PAYLOAD BYTES"), rows)
+    if page.next_cursor:
+        print(f"more: --cursor {page.next_cursor}")
+    return 0
+
+
+async def run_show(args: argparse.Namespace) -> int:
+    async with connect(args.url) as client:
+        [layout] = await resolve_layouts(client, args.prefix, [args.type])
+        info = await inspect_event(client, layout, args.id)
+    if info is None:
+        raise CommandError(f"no {args.type} {args.id!r} is pending or dead")
+    if args.json:
+        print_json(info.to_json())
+        return 0
+    lines = [
+        ("type", info.event_type),
+        ("id", info.id),
+        ("state", info.state.replace("_", " ")),
+        ("due at", info.due_at.isoformat() if info.due_at else "-"),
+    ]
+    if info.lease_ends_at:
+        lines.append(("lease ends", info.lease_ends_at.isoformat()))
+    if info.died_at:
+        lines.append(("died at", info.died_at.isoformat()))
+    lines += [
+        ("attempt", str(info.attempt)),
+        ("last error", info.last_error or "-"),
+        ("context", ", ".join(f"{k}={v}" for k, v in info.context.items()) or "-"),
+        ("payload", info.payload if info.payload is not None else "(unreadable envelope)"),
+    ]
+    for name, value in lines:
+        print(f"{name + ':':12} {value}")
+    return 0
+
+
+async def run_run_now(args: argparse.Namespace) -> int:
+    async with connect(args.url) as client:
+        [layout] = await resolve_layouts(client, args.prefix, [args.type])
+        result = await run_now(client, layout, args.id)
+        dead = result == "missing" and await inspect_event(client, layout, args.id) is not None
+    if args.json:
+        print_json({"type": args.type, "id": args.id, "result": "dead" if dead else result})
+    elif result == "due":
+        print(f"{args.type} {args.id!r} is due now")
+    elif dead:
+        print(f"{args.type} {args.id!r} is dead: `aioqueue dead requeue {args.type} "
+              f"{args.id}` puts it back", file=sys.stderr)  # fmt: skip
+    elif result == "in_flight":
+        print(f"{args.type} {args.id!r} is being handled now; nothing changed", file=sys.stderr)
+    else:
+        print(f"no pending {args.type} {args.id!r}", file=sys.stderr)
+    return 0 if result == "due" else 1
+
+
+async def run_cancel(args: argparse.Namespace) -> int:
+    async with connect(args.url) as client:
+        [layout] = await resolve_layouts(client, args.prefix, [args.type])
+        cancelled = await cancel_event(client, layout, args.id)
+    if args.json:
+        print_json({"type": args.type, "id": args.id, "cancelled": cancelled})
+    elif cancelled:
+        print(f"cancelled {args.type} {args.id!r}")
+    else:
+        print(f"no pending {args.type} {args.id!r}", file=sys.stderr)
+    return 0 if cancelled else 1

@@ -1,0 +1,18 @@
+-- Keeps an attempt that is still running from being dispatched again: moves the event's
+-- pre-scheduled next attempt to `lease` ms from now. Used for sync handlers past their
+-- timeout, whose thread cannot be stopped (see aioqueue/_delivery/threaded_calls.py).
+-- KEYS[1] schedule   KEYS[2] events
+-- ARGV[1] id   ARGV[2] delivered version   ARGV[3] delivered attempt   ARGV[4] lease ms
+-- Returns 1 when the lease was extended, 0 when the attempt is no longer the one running (the
+-- event was cancelled, replaced, settled or dispatched again meanwhile).
+local raw = redis.call('HGET', KEYS[2], ARGV[1])
+if not raw then
+  return 0
+end
+local ok, envelope = pcall(cjson.decode, raw)
+if not ok or type(envelope) ~= 'table' or tostring(envelope.version) ~= ARGV[2]
+    or tostring(envelope.attempt) ~= ARGV[3] or envelope.due_at == nil then
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', server_time_ms() + tonumber(ARGV[4]), ARGV[1])
+return 1

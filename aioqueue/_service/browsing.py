@@ -1,0 +1,64 @@
+"""EventService's view into a queue: pending events by page, one event in full, run now."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from aioqueue._engine.browse import EventInfo, PendingPage, inspect_event, pending_page, run_now
+from aioqueue._engine.recovery import logger
+from aioqueue._model.event import Event
+
+from .base import ServiceBase
+
+__all__ = ["ServiceBrowsing"]
+
+
+class ServiceBrowsing(ServiceBase):
+    async def pending(
+        self,
+        event_class: type[Event],
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        due_before: datetime | None = None,
+        due_after: datetime | None = None,
+    ) -> PendingPage:
+        """A page of pending events of a type, in schedule order (at most 1000).
+
+        Pass the page's `next_cursor` to get the next one; paging is stable while the queue
+        moves. `due_before` / `due_after` (aware datetimes) bound the due times listed.
+        Raises InvalidCursorError (a ValueError) for a cursor no page handed out.
+        """
+        self._ensure_open()
+        layout = self._queue_of(event_class).layout
+        return await pending_page(
+            self._client,
+            layout,
+            limit=limit,
+            cursor=cursor,
+            due_before=due_before,
+            due_after=due_after,
+        )
+
+    async def inspect(self, event_class: type[Event], event_id: str) -> EventInfo | None:
+        """The event's state, due time, attempt and retries left, last error, payload and
+        context, pending or dead; None when the queue holds no event with that id."""
+        self._ensure_open()
+        info = await inspect_event(self._client, self._queue_of(event_class).layout, event_id)
+        if info is None:
+            return None
+        left = max(0, self._config.retry_attempts - info.attempt)
+        return dataclasses.replace(info, retries_left=0 if info.state == "dead" else left)
+
+    async def run_now(self, event_class: type[Event], event_id: str) -> bool:
+        """Makes a pending event due now, keeping its attempt count; False when no such
+        event is pending (a dead one is put back with `requeue`) or when an attempt of it
+        is under way."""
+        self._ensure_open()
+        result = await run_now(self._client, self._queue_of(event_class).layout, event_id)
+        if result == "in_flight":
+            logger.info(
+                "not running %s %r now: an attempt is under way", event_class.__qualname__, event_id
+            )
+        return result == "due"

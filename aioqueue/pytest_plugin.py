@@ -1,0 +1,78 @@
+"""pytest fixtures for testing your handlers against a real server (registered on install).
+
+    async def test_reminder_is_sent(aioqueue_service):
+        sent = []
+
+        async def send(event: Reminder) -> bool:
+            sent.append(event.id)
+            return True
+
+        async with aioqueue_service as service:
+            service.add_handler(Reminder, send)
+            await service.enqueue(Reminder(id="r-1", to="a@example.com"), timedelta(hours=3))
+            await service.run_due(timedelta(hours=3))   # the three hours pass at once
+        assert sent == ["r-1"]
+
+Fixtures:
+- `aioqueue_server`: one embedded Valkey/Redis server for the session (aioqueue.testing's
+  EmbeddedServer; the `demo` extra provides the binary, or a server on PATH).
+- `aioqueue_url`: that server's URL, emptied (FLUSHALL) before the test.
+- `aioqueue_builder`: builds services on `aioqueue_url` with settings that keep tests fast
+  (short scheduling interval and polling, retries after 0.1 s, 10 s handler timeout); change
+  any of them on the builder it returns.
+- `aioqueue_service`: a service from `aioqueue_builder`, not started: `async with` it.
+
+The fixtures are plain (not async), so they work with pytest-asyncio, anyio's pytest plugin
+or trio's alike. Disable the plugin with `-p no:aioqueue`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+
+from aioqueue import EventService, EventServiceBuilder, FixedDelays
+from aioqueue.testing import EmbeddedServer
+
+__all__ = ["aioqueue_builder", "aioqueue_server", "aioqueue_service", "aioqueue_url"]
+
+
+@pytest.fixture(scope="session")
+def aioqueue_server() -> Iterator[EmbeddedServer]:
+    with EmbeddedServer() as server:
+        yield server
+
+
+@pytest.fixture
+def aioqueue_url(aioqueue_server: EmbeddedServer) -> str:
+    _flush(aioqueue_server.url)
+    return aioqueue_server.url
+
+
+@pytest.fixture
+def aioqueue_builder(aioqueue_url: str) -> Callable[[], EventServiceBuilder]:
+    def make() -> EventServiceBuilder:
+        return (
+            EventService.builder()
+            .url(aioqueue_url)
+            .scheduling_interval(0.05)
+            .polling_timeout(0.2)
+            .handler_timeout(10)
+            .shutdown_grace(2)
+            .retry_policy(FixedDelays([0.1]))
+        )
+
+    return make
+
+
+@pytest.fixture
+def aioqueue_service(aioqueue_builder: Callable[[], EventServiceBuilder]) -> EventService:
+    return aioqueue_builder().build()
+
+
+def _flush(url: str) -> None:
+    # The synchronous client: a plain fixture has no event loop to run the asyncio one on.
+    with redis.Redis.from_url(url) as client:
+        client.flushall()
