@@ -146,6 +146,8 @@ async def test_ids_with_slashes_are_shown_and_requeued(
         ("GET", "/dead-letters?type=Parcel&type=a%7Bb%7D"),
         ("GET", "/dead-letters/a%7Bb%7D/p-1"),
         ("POST", "/dead-letters/a%7Bb%7D/p-1/requeue"),
+        ("GET", "/events/a%7Bb%7D"),
+        ("DELETE", "/events/a%7Bb%7D/p-1"),
     ],
 )
 async def test_a_type_that_is_no_wire_name_is_refused(
