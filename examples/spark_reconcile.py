@@ -1,11 +1,11 @@
 """The nightly reconciliation job: (re)schedule a payment check for every unpaid order.
 
-    REDIS_URL=redis://localhost:6379 python examples/spark_reconcile.py
+    AIOQUEUE_URL=redis://localhost:6379 python examples/spark_reconcile.py
 
 It writes a small Parquet table of orders (standing in for the system of record), reads the
 unpaid ones and schedules a `PaymentCheck` for each, due 30 minutes after the order was
 placed. Then it runs the same job again, as tomorrow's run would: every check is still
-pending, so nothing new is scheduled. Without REDIS_URL it starts an embedded server
+pending, so nothing new is scheduled. Without AIOQUEUE_URL it starts an embedded server
 (`pip install 'aioqueue[demo,spark]'`).
 
 The worker side is an ordinary service with a handler for
@@ -83,7 +83,7 @@ def run(spark: SparkSession, url: str, workdir: Path) -> list[ScheduleResult]:
 
 @contextlib.contextmanager
 def redis_url() -> Iterator[str]:
-    if url := os.environ.get("REDIS_URL"):
+    if url := os.environ.get("AIOQUEUE_URL"):
         yield url
         return
     with EmbeddedServer() as server:

@@ -54,8 +54,14 @@ class ServedApp:
 
 
 @contextmanager
-def serve(redis_url: str, *extra: str, env: Mapping[str, str] | None = None) -> Iterator[ServedApp]:
-    """`aioqueue serve` on a free loopback port; stopped (SIGTERM) when the block ends."""
+def serve(
+    redis_url: str,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+    ready_path: str = "/healthz",
+) -> Iterator[ServedApp]:
+    """`aioqueue serve` on a free loopback port, once `ready_path` answers 200 (`/` when
+    Redis is meant to be down); stopped (SIGTERM) when the block ends."""
     port = free_port()
     process = subprocess.Popen(
         [
@@ -78,7 +84,7 @@ def serve(redis_url: str, *extra: str, env: Mapping[str, str] | None = None) -> 
     )
     base_url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_http(f"{base_url}/healthz", process)
+        wait_for_http(f"{base_url}{ready_path}", process)
         yield ServedApp(base_url, process)
     finally:
         process.terminate()

@@ -13,6 +13,7 @@ import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder
 from aioqueue._admin.stats import read_stats
+from aioqueue.testing import free_port
 from tests.ops_support import ROOT, run_cli
 from tests.support import wait_until
 from tests.workers.slow_worker import Export
@@ -124,3 +125,13 @@ async def test_bad_factories_are_explained(redis_url: str) -> None:
     assert "cannot import 'tests.nowhere'" in missing.stderr
     wrong = await run_cli("worker", "tests.workers.slow_worker:not_a_service", "--url", redis_url)
     assert "the factory returned str, not an EventService" in wrong.stderr
+
+
+async def test_an_unreachable_url_fails_at_start_in_one_line() -> None:
+    url = f"redis://127.0.0.1:{free_port()}"
+    # Before the check, the worker started anyway and retried that server for ever.
+    with anyio.fail_after(30):
+        result = await run_cli("worker", "tests.workers.slow_worker:create_service", "--url", url)
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"aioqueue worker: cannot reach {url}: ")

@@ -228,3 +228,33 @@ async def test_numbers_match_redis_and_requeue_button_requeues(
         await wait_for(lambda: shown_queues(browser) == after)
         assert list(shown_dead_letters(browser)) == ["i-1"]
         release.set()
+
+
+async def test_a_dead_letter_whose_id_has_slashes_is_shown_and_requeued(
+    service_builder: Builder,
+    redis_client: redis.Redis,
+    dashboard: ServedApp,
+    browser: WebDriver,
+) -> None:
+    async def reject(event: Invoice) -> bool:
+        raise ValueError("card declined")
+
+    odd_id = "orders/2026/7"
+    service = service_builder().retry_attempts(1).build()
+    async with service:
+        service.add_handler(Invoice, reject)
+        await service.enqueue(Invoice(id=odd_id, amount=7), 0)
+
+        async def buried() -> bool:
+            return await redis_client.hexists(queue_key("Invoice", "dead_letters"), odd_id) == 1
+
+        await wait_until(buried)
+
+    await anyio.to_thread.run_sync(browser.get, f"{dashboard.base_url}/?interval=0.3")
+    await wait_for(lambda: shown_dead_letters(browser) == {odd_id: "ValueError: card declined"})
+    await anyio.to_thread.run_sync(click_requeue, browser, odd_id)
+    message = browser.find_element(By.ID, "message")
+    await wait_for(lambda: message.text == f"Invoice {odd_id}: requeued")
+    envelope = await stored_envelope(redis_client, "Invoice", odd_id)
+    assert (envelope["attempt"], orjson.loads(envelope["payload"])) == (0, {"amount": 7})
+    await wait_for(lambda: shown_dead_letters(browser) == {})

@@ -107,7 +107,7 @@ async def test_flaky_handler_retries_with_backoff(
 ) -> None:
     result = await anyio.run_process(
         [sys.executable, str(EXAMPLES / "flaky_retries.py")],
-        env={**os.environ, "REDIS_URL": redis_url},
+        env={**os.environ, "AIOQUEUE_URL": redis_url},
         check=False,
     )
     assert result.returncode == 0, result.stderr.decode()
@@ -125,6 +125,8 @@ async def test_flaky_handler_retries_with_backoff(
         "dead letter charge-2 after 4 attempts: "
         "PaymentProviderDown: provider unavailable for order 2"
     )
+    # On the server AIOQUEUE_URL names, not on an embedded one of its own.
+    assert await redis_client.hexists("flaky-example:{Charge}:dead_letters", "charge-2")
     # The backoff doubled: attempts of order 2 at about 0, 0.2, 0.6 and 1.4 s.
     times = [
         float(line.rsplit(" at ", 1)[1].rstrip(" s"))

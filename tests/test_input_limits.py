@@ -1,10 +1,12 @@
-"""Oversized payloads are refused up front; handlers that block the loop are named."""
+"""Oversized payloads and due times past the limit are refused up front; handlers that
+block the loop are named."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import redis.asyncio as redis
@@ -34,6 +36,22 @@ async def test_an_oversized_payload_is_refused_and_nothing_is_written(
                 [OrderTimeout(id="o-4"), OrderTimeout(id="o-5", reason="é" * 60)], 60
             )
     assert await redis_client.hkeys("aioqueue:{OrderTimeout}:events") == [b"o-1"]
+
+
+async def test_due_times_more_than_a_hundred_years_ahead_are_refused(
+    service_builder: Builder, redis_client: redis.Redis
+) -> None:
+    """An event that would never come due is a mistake to report, not a key to keep."""
+    async with service_builder().enable_scheduling(False).build() as service:
+        with pytest.raises(InvalidEnqueueError, match=r"delay must be at most 100 years"):
+            await service.enqueue(OrderTimeout(id="o-1"), 1e300)
+        with pytest.raises(InvalidEnqueueError, match=r"delay must be at most 100 years"):
+            await service.enqueue_many([OrderTimeout(id="o-2")], timedelta(days=36526))
+        far = datetime(9999, 12, 31, tzinfo=timezone.utc)
+        with pytest.raises(InvalidEnqueueError, match=r"at= must be at most 100 years ahead"):
+            await service.enqueue(OrderTimeout(id="o-3"), None, at=far)
+        assert await service.enqueue(OrderTimeout(id="o-4"), timedelta(days=36525))
+    assert await redis_client.hkeys("aioqueue:{OrderTimeout}:events") == [b"o-4"]
 
 
 async def test_a_handler_that_blocks_the_event_loop_is_reported_by_name(

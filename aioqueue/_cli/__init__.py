@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import argparse
 import logging
+import platform
 import sys
 from collections.abc import Sequence
 
 import anyio
+import redis
 from redis.exceptions import RedisError
 
-from aioqueue._cli._common import CommandError, Commands, add_connection_options
+from aioqueue import __version__
+from aioqueue._cli._common import (
+    CONNECTION_ERRORS,
+    CommandError,
+    Commands,
+    add_connection_options,
+    display_url,
+    resolve_connection_options,
+)
 from aioqueue._cli._dead_cmd import add_cancel_command, add_dead_command
 from aioqueue._cli._events_cmd import add_events_command
 from aioqueue._cli._serve_cmd import add_serve_command
@@ -30,6 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Delayed events for asyncio on Redis: run the demo, watch queues, "
         "handle dead letters, run workers and the HTTP API.",
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"aioqueue {__version__} (redis-py {redis.__version__}, "
+        f"Python {platform.python_version()})",
+    )
+    # Also accepted before the command: `aioqueue --url redis://host:6379 stats`.
+    add_connection_options(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_demo_command(commands)
     add_stats_command(commands)
@@ -64,19 +82,43 @@ async def _run_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns its exit code (0 done, 1 failed or refused, 2 usage)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    resolve_connection_options(args, parser)
     try:
         code: int = anyio.run(args.run, args)
-    except CommandError as exc:
-        print(f"aioqueue {args.command}: {exc}", file=sys.stderr)
-        return 1
-    except (RedisError, OSError) as exc:
-        url = getattr(args, "url", None) or "the server"
-        print(f"aioqueue {args.command}: cannot reach {url}: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except BaseException as error:
+        reported = _reported_error(error)
+        if reported is None:
+            raise
+        print(f"aioqueue {args.command}: {_describe(reported, args.url)}", file=sys.stderr)
+        return 1
     return code
+
+
+def _reported_error(error: BaseException) -> BaseException | None:
+    """The error to print as one line, or None to let `error` go on with its traceback.
+
+    Errors raised inside a task group (the demo's producers, a service's own tasks) arrive
+    wrapped in an exception group, often holding one cause many times over: when every error
+    in it is one a command reports in a line, the first stands for all. The group is read by
+    its `exceptions` attribute because Python 3.10 has no ExceptionGroup class to name.
+    """
+    nested = getattr(error, "exceptions", None)
+    if isinstance(nested, tuple) and nested:
+        leaves = [_reported_error(inner) for inner in nested]
+        return leaves[0] if all(leaf is not None for leaf in leaves) else None
+    return error if isinstance(error, (CommandError, RedisError, *CONNECTION_ERRORS)) else None
+
+
+def _describe(error: BaseException, url: str | None) -> str:
+    if isinstance(error, CommandError):
+        return str(error)
+    if isinstance(error, CONNECTION_ERRORS):
+        return f"cannot reach {display_url(url) if url else 'the server'}: {error}"
+    return f"Redis answered with an error: {error}"
 
 
 if __name__ == "__main__":

@@ -8,26 +8,48 @@ import os
 import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, TextIO, TypeAlias
+from urllib.parse import urlsplit, urlunsplit
 
+import anyio
 import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.keys import validate_prefix
 
 __all__ = [
+    "CONNECTION_ERRORS",
     "DEFAULT_PREFIX",
     "DEFAULT_URL",
     "CommandError",
     "Commands",
     "add_connection_options",
+    "check_reachable",
     "confirm",
     "connect",
+    "display_url",
     "print_json",
     "print_table",
+    "resolve_connection_options",
 ]
 
 DEFAULT_URL = "redis://localhost:6379"
 DEFAULT_PREFIX = "aioqueue"
+# How long a command waits for a server's first answer before it says it cannot reach it.
+REACH_TIMEOUT = 5.0
+# What a server that is down, unreachable or refusing connections raises. RedisCluster
+# raises RedisClusterException, which is no RedisError, when none of its nodes answers; the
+# builtin ConnectionError and TimeoutError are what a socket raises past redis-py. Other
+# OSErrors (a missing file in a worker's own code) keep their traceback.
+CONNECTION_ERRORS = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    RedisClusterException,
+    ConnectionError,
+    TimeoutError,
+)
 
 # A string: argparse's class is not subscriptable at run time.
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -38,18 +60,61 @@ class CommandError(Exception):
 
 
 def add_connection_options(parser: argparse.ArgumentParser, *, url_default: bool = True) -> None:
-    env_url = os.environ.get("AIOQUEUE_URL")
+    """--url and --prefix, on the top-level parser and on each command's.
+
+    They have no argparse default: a command's parser copies its defaults over whatever the
+    top-level parser read, so `aioqueue --url U stats` would lose U. The defaults are filled
+    in after parsing by `resolve_connection_options`.
+    """
     parser.add_argument(
         "--url",
-        default=env_url or (DEFAULT_URL if url_default else None),
+        default=argparse.SUPPRESS,
         help=f"Redis URL (env AIOQUEUE_URL; default {DEFAULT_URL if url_default else 'none'})",
     )
     parser.add_argument(
         "--prefix",
-        default=os.environ.get("AIOQUEUE_PREFIX") or DEFAULT_PREFIX,
+        default=argparse.SUPPRESS,
         type=_prefix,
         help=f"key prefix (env AIOQUEUE_PREFIX; default {DEFAULT_PREFIX})",
     )
+    parser.set_defaults(url_default=url_default)
+
+
+def resolve_connection_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Fills in --url and --prefix not given on the command line: the environment's
+    AIOQUEUE_URL and AIOQUEUE_PREFIX, else the defaults (a command that starts a server of
+    its own, like the demo, has no default URL)."""
+    if "url" not in args:
+        args.url = os.environ.get("AIOQUEUE_URL") or (DEFAULT_URL if args.url_default else None)
+    if "prefix" not in args:
+        try:
+            args.prefix = validate_prefix(os.environ.get("AIOQUEUE_PREFIX") or DEFAULT_PREFIX)
+        except ValueError as exc:
+            parser.error(f"AIOQUEUE_PREFIX: {exc}")
+
+
+def display_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}***@{host}"))
+
+
+async def check_reachable(url: str) -> None:
+    """Fails with one line unless the server at `url` answers PING within REACH_TIMEOUT s."""
+    async with connect(url) as client:
+        try:
+            with anyio.fail_after(REACH_TIMEOUT):
+                await client.ping()
+        except TimeoutError as exc:
+            raise CommandError(
+                f"cannot reach {display_url(url)}: no answer within {REACH_TIMEOUT:g} s"
+            ) from exc
+        except CONNECTION_ERRORS as exc:
+            raise CommandError(f"cannot reach {display_url(url)}: {exc}") from exc
 
 
 def _prefix(value: str) -> str:

@@ -7,7 +7,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TextIO
@@ -18,8 +18,9 @@ from aioqueue._model.event import Event
 from aioqueue._model.metrics import NoMetrics, Outcome
 from aioqueue._model.retry import FixedDelays
 from aioqueue._service.service import EventService
-from aioqueue.testing._server import EmbeddedServer
+from aioqueue.testing import EmbeddedServer, ServerNotFoundError
 
+from ._common import CommandError, check_reachable, display_url
 from ._progress import ProgressBar
 
 __all__ = ["run_demo"]
@@ -85,7 +86,7 @@ async def run_demo(
         return not (event.order_id in flaky and seen == 1)
 
     metrics = DemoMetrics(events)
-    with _server_url(url, out) as server_url:
+    async with _server_url(url, out) as server_url:
         service = (
             EventService.builder()
             .url(server_url)
@@ -120,11 +121,17 @@ async def run_demo(
                 for _ in range(PRODUCERS):
                     producers.start_soon(produce)
             bar = ProgressBar(events, out)
-            with anyio.fail_after(spread + 60):
+            with anyio.move_on_after(spread + 60) as waiting:
                 while not metrics.all_settled.is_set():
                     bar.show(metrics.settled)
                     with anyio.move_on_after(0.1):
                         await metrics.all_settled.wait()
+            if waiting.cancelled_caught:
+                bar.close()
+                raise CommandError(
+                    f"only {metrics.settled} of {events} events were handled within "
+                    f"{spread + 60:g} s; is the server still up?"
+                )
             bar.show(metrics.settled)
             bar.close()
             elapsed = time.perf_counter() - started
@@ -134,13 +141,22 @@ async def run_demo(
     return 0 if metrics.outcomes["ok"] + len(dead) == events else 1
 
 
-@contextlib.contextmanager
-def _server_url(url: str | None, out: TextIO) -> Iterator[str]:
+@contextlib.asynccontextmanager
+async def _server_url(url: str | None, out: TextIO) -> AsyncIterator[str]:
     if url is not None:
-        print(f"aioqueue demo: server {url}", file=out)
+        # Checked first: a demo started against no server would otherwise fail in each of
+        # its producers at once.
+        await check_reachable(url)
+        print(f"aioqueue demo: server {display_url(url)}", file=out)
         yield url
         return
-    with EmbeddedServer() as server:
+    try:
+        server = EmbeddedServer()
+    except ServerNotFoundError as exc:
+        raise CommandError(
+            f"{exc}; or run the demo against a server of yours with --url redis://HOST:PORT"
+        ) from exc
+    with server:
         print(f"aioqueue demo: server {server.binary.name} on {server.url}", file=out)
         yield server.url
 

@@ -23,7 +23,8 @@ def add_serve_command(commands: Commands) -> None:
     parser.add_argument(
         "--token",
         default=os.environ.get("AIOQUEUE_TOKEN"),
-        help="bearer token the API requires (env AIOQUEUE_TOKEN; default: none)",
+        help="bearer token the API requires (env AIOQUEUE_TOKEN; default: none). An empty "
+        "token is refused rather than taken as no token",
     )
     parser.add_argument(
         "--max-body", type=int, default=1024 * 1024, help="largest request body, bytes (1 MiB)"
@@ -37,8 +38,16 @@ async def run_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from aioqueue.http import create_app
+        from aioqueue.http._app import validate_token
     except ImportError as exc:
         raise CommandError(f"{exc}; serve needs: pip install 'aioqueue[http]'") from exc
+    if args.token is not None:
+        try:
+            validate_token(args.token)
+        except ValueError as exc:
+            # Refused at start: an empty AIOQUEUE_TOKEN is easy to set by accident, and
+            # serving without authentication is not what whoever set it wanted.
+            raise CommandError(f"--token or AIOQUEUE_TOKEN: {exc}") from exc
     app = create_app(
         url=args.url, prefix=args.prefix, token=args.token, max_body_bytes=args.max_body
     )

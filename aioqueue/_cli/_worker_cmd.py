@@ -19,7 +19,7 @@ import anyio
 
 from aioqueue._service.service import EventService
 
-from ._common import CommandError, Commands, add_connection_options
+from ._common import CommandError, Commands, add_connection_options, check_reachable
 
 __all__ = ["add_worker_command", "load_factory"]
 
@@ -32,9 +32,9 @@ def add_worker_command(commands: Commands) -> None:
         help="run a service from your factory until SIGINT/SIGTERM, then shut down gracefully",
         description="Imports FACTORY (module:callable), calls it to get an EventService with "
         "its handlers added, and runs it. A factory that takes `url` and `prefix` parameters "
-        "gets --url and --prefix. The first SIGINT or SIGTERM stops taking events and lets "
-        "running handlers finish within the service's shutdown grace; a second one cancels "
-        "them at once.",
+        "gets --url and --prefix, and the worker first checks that the server at --url "
+        "answers. The first SIGINT or SIGTERM stops taking events and lets running handlers "
+        "finish within the service's shutdown grace; a second one cancels them at once.",
     )
     add_connection_options(parser)
     parser.add_argument("factory", metavar="FACTORY", help="module:callable, e.g. app.jobs:service")
@@ -82,7 +82,12 @@ async def run_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    service = await make_service(load_factory(args.factory, args.app_dir), args.url, args.prefix)
+    factory = load_factory(args.factory, args.app_dir)
+    if "url" in inspect.signature(factory).parameters:
+        # A service retries an unreachable server for ever (a worker outlives outages), so a
+        # wrong --url would only show as a warning every few seconds: refuse it at start.
+        await check_reachable(args.url)
+    service = await make_service(factory, args.url, args.prefix)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as watchers:
             stopping = anyio.Event()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import anyio
 import orjson
@@ -19,7 +19,12 @@ from .coalescer import Coalescer
 from .queues import QueueDirectory
 from .store import EnqueueItem, QueueStore
 
-__all__ = ["DueTime", "Producer", "context_json"]
+__all__ = ["MAX_DELAY", "DueTime", "Producer", "context_json"]
+
+MAX_DELAY = timedelta(days=36525)
+"""The furthest ahead an event may be due: 100 years. A later due time is far more likely a
+unit mistake (milliseconds given as seconds) than a plan, and an event never due would sit in
+Redis forever; refusing it also keeps every score an exact integer of milliseconds."""
 
 # Events per enqueue script call: large enough to amortise the round trip, small enough that
 # one call never blocks the server for more than about a millisecond.
@@ -44,8 +49,12 @@ class DueTime:
         if at is not None:
             if not isinstance(at, datetime) or at.utcoffset() is None:
                 raise InvalidEnqueueError(f"at= must be a timezone-aware datetime, got {at!r}")
-            due_in = (at - datetime.now(timezone.utc)).total_seconds()
-            return cls(round(at.timestamp() * 1000), absolute=True, due_in=due_in)
+            ahead = at - datetime.now(timezone.utc)
+            if ahead > MAX_DELAY:
+                raise InvalidEnqueueError(
+                    f"at= must be at most 100 years ahead ({MAX_DELAY.days} days), got {at}"
+                )
+            return cls(round(at.timestamp() * 1000), absolute=True, due_in=ahead.total_seconds())
         assert delay is not None
         try:
             seconds = to_seconds(delay, "delay")
@@ -53,6 +62,11 @@ class DueTime:
             raise InvalidEnqueueError(str(exc)) from exc
         if seconds < 0:
             raise InvalidEnqueueError(f"delay must be >= 0, got {delay!r}; use at= for a past time")
+        if seconds > MAX_DELAY.total_seconds():
+            raise InvalidEnqueueError(
+                f"delay must be at most 100 years ({MAX_DELAY.total_seconds():.0f} s), "
+                f"got {delay!r}"
+            )
         return cls(round(seconds * 1000), absolute=False, due_in=seconds)
 
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
+from typing import Any
 
 import orjson
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -22,11 +27,12 @@ from aioqueue._admin.actions import (
 from aioqueue._admin.stats import read_stats, resolve_layouts
 from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.keys import validate_prefix
+from aioqueue._model.event import _WIRE_NAME
 
 from ._browse import browse_routes
 from ._events import EnqueueRequest, RequestError, enqueue
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # Dead letters one listing returns at most, whatever `limit` asks for.
@@ -49,7 +55,7 @@ def create_app(
     if (url is None) == (client is None):
         raise ValueError("give exactly one of url and client")
     validate_prefix(prefix)
-    state = _State(prefix, token or None, max_body_bytes)
+    state = _State(prefix, None if token is None else validate_token(token), max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -67,14 +73,30 @@ def create_app(
         Route("/stats", api(state.stats)),
         Route("/events", api(state.post_event), methods=["POST"]),
         Route("/dead-letters", api(state.dead_letters)),
-        Route("/dead-letters/{type}/{id}", api(state.dead_letter)),
-        Route("/dead-letters/{type}/{id}/requeue", api(state.requeue), methods=["POST"]),
+        # `path`: an id may contain '/' (sent as %2F, which the server decodes before
+        # routing). A GET of an id ending in "/requeue" still reaches the first route, and
+        # a POST only the second.
+        Route("/dead-letters/{type}/{id:path}", api(state.dead_letter)),
+        Route("/dead-letters/{type}/{id:path}/requeue", api(state.requeue), methods=["POST"]),
         *browse_routes(state, api),
     ]
     metrics = _metrics_endpoint(state)
     if metrics is not None:
         routes.append(Route("/metrics", api(metrics)))
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=ERROR_HANDLERS)
+
+
+def validate_token(token: str) -> str:
+    """The bearer token, refused when it could not protect anything: an empty token would
+    turn authentication off without anyone noticing, and one with spaces or characters
+    outside printable ASCII cannot travel unchanged in an Authorization header."""
+    if not token:
+        raise ValueError(
+            "the token is empty: give a real token, or none at all to serve without one"
+        )
+    if not all("!" <= char <= "~" for char in token):
+        raise ValueError("the token must be printable ASCII without spaces")
+    return token
 
 
 async def dashboard(request: Request) -> Response:
@@ -101,8 +123,39 @@ def _metrics_endpoint(state: _State) -> Endpoint | None:
     return scrape
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Unknown routes (404) and wrong methods (405) answer in JSON like every other error.
+    assert isinstance(exc, HTTPException)
+    return _error(exc.status_code, exc.detail, exc.headers)
+
+
+async def _redis_unavailable(request: Request, exc: Exception) -> Response:
+    # The message is redis-py's ("Error 111 connecting to host:port. Connection refused."):
+    # it names the server but, unlike the URL, never its password.
+    return _error(503, f"Redis is unavailable: {exc}", {"Retry-After": "1"})
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    # Starlette still logs the traceback; the client gets JSON rather than plain text.
+    return _error(500, f"internal error ({type(exc).__name__}); the server log has the details")
+
+
+ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+    HTTPException: _http_error,
+    RedisConnectionError: _redis_unavailable,
+    RedisTimeoutError: _redis_unavailable,
+    ClusterError: _redis_unavailable,
+    TryAgainError: _redis_unavailable,  # a slot in migration: its queues pause meanwhile
+    # RedisCluster raises the base class when none of its startup nodes answers.
+    RedisClusterException: _redis_unavailable,
+    ConnectionError: _redis_unavailable,  # a socket error redis-py did not wrap
+    TimeoutError: _redis_unavailable,
+    Exception: _internal_error,
+}
 
 
 class _State:
@@ -113,7 +166,9 @@ class _State:
         self.client: RedisClient
 
     def api(self, endpoint: Endpoint) -> Endpoint:
-        """Wraps an API endpoint: checks the bearer token when one is configured."""
+        """Wraps an API endpoint: checks the bearer token when one is configured, and that
+        every event type named in the path or the query is a wire name (a name with braces
+        would read another type's keys)."""
 
         async def checked(request: Request) -> Response:
             if self.token is not None and not self._authorized(request):
@@ -122,6 +177,14 @@ class _State:
                     "missing or wrong bearer token: send Authorization: Bearer <token>",
                     {"WWW-Authenticate": 'Bearer realm="aioqueue"'},
                 )
+            named = [*request.query_params.getlist("type"), request.path_params.get("type", "")]
+            for event_type in filter(None, named):
+                if not _WIRE_NAME.fullmatch(event_type):
+                    return _error(
+                        422,
+                        f"type {event_type!r} is not an event type's wire name: "
+                        "1-128 letters, digits, '_', '.' or '-'",
+                    )
             return await endpoint(request)
 
         return checked

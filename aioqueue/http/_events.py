@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import orjson
@@ -20,6 +20,8 @@ from aioqueue._model.event import _WIRE_NAME
 __all__ = ["EnqueueRequest", "RequestError", "enqueue"]
 
 _FIELDS = {"type", "id", "delay", "at", "payload", "context", "replace"}
+# orjson.dumps refuses to encode deeper nesting than this.
+MAX_PAYLOAD_DEPTH = 254
 
 
 class RequestError(ValueError):
@@ -65,7 +67,7 @@ class EnqueueRequest:
         # exactly the one an EventService would have written for these fields.
         item = EnqueueItem(
             id=event_id,
-            payload=orjson.dumps(payload).decode(),
+            payload=_payload_json(payload),
             context_json=context,
             due_ms=due.milliseconds,
             absolute=due.absolute,
@@ -86,7 +88,12 @@ def _at(value: Any) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return datetime.fromtimestamp(value).astimezone()
+        try:
+            return datetime.fromtimestamp(value, timezone.utc)
+        except (OverflowError, OSError, ValueError) as exc:
+            raise RequestError(
+                f"at is out of range: epoch seconds must fall in the years 1 to 9999, got {value}"
+            ) from exc
     if isinstance(value, str):
         try:
             at = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -96,6 +103,18 @@ def _at(value: Any) -> datetime | None:
             raise RequestError("at must include a time zone, e.g. 2026-01-01T12:00:00Z")
         return at
     raise RequestError("at must be an ISO 8601 time with a time zone, or epoch seconds")
+
+
+def _payload_json(payload: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(payload).decode()
+    except orjson.JSONEncodeError as exc:
+        # Whatever orjson.loads produced encodes again, except nesting past orjson.dumps'
+        # limit (the payload object itself being the first level).
+        raise RequestError(
+            f"payload is nested too deeply: at most {MAX_PAYLOAD_DEPTH} levels of objects "
+            f"and arrays ({exc})"
+        ) from exc
 
 
 def _context(value: Any) -> dict[str, str] | None:
