@@ -17,8 +17,10 @@ import orjson
 from aioqueue._engine.client import RedisClient, within_reply_timeout
 from aioqueue._engine.envelope import died_at_from_ms, text
 from aioqueue._engine.keys import QueueKeys
+from aioqueue._engine.recovery import logger
 from aioqueue._engine.scripts import LuaScript
 from aioqueue._engine.store import EnqueueItem
+from aioqueue._model.errors import ConfigurationError
 
 from .spec import ScheduleSpec
 
@@ -29,10 +31,12 @@ __all__ = [
     "declare",
     "directory_key",
     "info_of",
+    "list_schedules",
     "produce_tick",
     "read_directory",
     "read_record",
     "remove",
+    "remove_by_name",
 ]
 
 DECLARE = LuaScript("schedule_declare")
@@ -164,6 +168,28 @@ async def read_directory(client: RedisClient, prefix: str) -> dict[str, str]:
     """Every schedule name of the prefix -> its event type."""
     entries = await within_reply_timeout(client.hgetall(directory_key(prefix)))
     return {text(name): text(event_type) for name, event_type in entries.items()}
+
+
+async def list_schedules(client: RedisClient, prefix: str) -> list[ScheduleInfo]:
+    """Every schedule of the prefix, by name; an unusable record is logged and left out."""
+    infos = []
+    for name, event_type in sorted((await read_directory(client, prefix)).items()):
+        record = await read_record(client, QueueKeys.for_type(prefix, event_type), name)
+        if record is None:
+            continue
+        try:
+            infos.append(info_of(name, event_type, record))
+        except ConfigurationError as exc:
+            logger.warning("schedule %r has an unusable record: %s", name, exc)
+    return infos
+
+
+async def remove_by_name(client: RedisClient, prefix: str, name: str) -> bool:
+    """Removes the schedule wherever the directory says it lives; False if there is none."""
+    event_type = (await read_directory(client, prefix)).get(name)
+    if event_type is None:
+        return False
+    return await remove(client, QueueKeys.for_type(prefix, event_type), prefix, name)
 
 
 def info_of(name: str, event_type: str, record: ScheduleRecord) -> ScheduleInfo:

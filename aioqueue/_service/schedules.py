@@ -9,12 +9,11 @@ from datetime import datetime
 import anyio
 
 from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.recovery import logger
 from aioqueue._model.durations import Duration
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 from aioqueue._recurring.keeper import Misfire, ScheduleDeclaration, ScheduleKeeper
-from aioqueue._recurring.records import ScheduleInfo, info_of, read_directory, read_record, remove
+from aioqueue._recurring.records import ScheduleInfo, list_schedules, remove_by_name
 from aioqueue._recurring.spec import ScheduleSpec
 
 from .base import ServiceBase, ServiceState
@@ -94,28 +93,12 @@ class ServiceSchedules(ServiceBase):
         registration = self._schedules.pop(name, None)
         if registration is not None:
             registration.scope.cancel()
-        event_type = registration.declaration.event_type if registration else None
-        if event_type is None:
-            event_type = (await read_directory(self._client, self._config.prefix)).get(name)
-        if event_type is None:
-            return False
-        keys = QueueKeys.for_type(self._config.prefix, event_type)
-        return await remove(self._client, keys, self._config.prefix, name)
+        return await remove_by_name(self._client, self._config.prefix, name)
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every schedule of the prefix, declared by this service or another, by name."""
         self._ensure_open()
-        infos = []
-        prefix = self._config.prefix
-        for name, event_type in sorted((await read_directory(self._client, prefix)).items()):
-            record = await read_record(self._client, QueueKeys.for_type(prefix, event_type), name)
-            if record is None:
-                continue
-            try:
-                infos.append(info_of(name, event_type, record))
-            except ConfigurationError as exc:
-                logger.warning("schedule %r has an unusable record: %s", name, exc)
-        return infos
+        return await list_schedules(self._client, self._config.prefix)
 
     def _start_keeper(self, registration: ScheduleRegistration) -> None:
         declaration = registration.declaration

@@ -31,6 +31,7 @@ from aioqueue._model.event import _WIRE_NAME
 
 from ._browse import browse_routes
 from ._events import EnqueueRequest, RequestError, enqueue
+from ._schedules import schedule_routes
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
 
@@ -79,6 +80,7 @@ def create_app(
         Route("/dead-letters/{type}/{id:path}", api(state.dead_letter)),
         Route("/dead-letters/{type}/{id:path}/requeue", api(state.requeue), methods=["POST"]),
         *browse_routes(state, api),
+        *schedule_routes(state, api),
     ]
     metrics = _metrics_endpoint(state)
     if metrics is not None:

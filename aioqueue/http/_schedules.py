@@ -1,0 +1,40 @@
+"""The HTTP routes of recurring schedules: list them, remove one."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from aioqueue._engine.client import RedisClient
+from aioqueue._recurring.records import list_schedules, remove_by_name
+
+__all__ = ["schedule_routes"]
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class _Connected(Protocol):
+    client: RedisClient
+    prefix: str
+
+
+def schedule_routes(state: _Connected, api: Callable[[Endpoint], Endpoint]) -> list[Route]:
+    """`GET /schedules` and `DELETE /schedules/{name}`, each wrapped by `api`."""
+
+    async def listing(request: Request) -> Response:
+        infos = await list_schedules(state.client, state.prefix)
+        return JSONResponse({"schedules": [info.to_json() for info in infos]})
+
+    async def removal(request: Request) -> Response:
+        name = request.path_params["name"]
+        removed = await remove_by_name(state.client, state.prefix, name)
+        return JSONResponse({"name": name, "removed": removed}, status_code=200 if removed else 404)
+
+    return [
+        Route("/schedules", api(listing), methods=["GET"]),
+        Route("/schedules/{name:path}", api(removal), methods=["DELETE"]),
+    ]
