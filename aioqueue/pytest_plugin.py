@@ -1,4 +1,12 @@
-"""pytest fixtures for testing your handlers against a real server (registered on install).
+"""pytest fixtures for testing your handlers against a real server.
+
+Enable them in your conftest.py (or with `-p aioqueue.pytest_plugin`):
+
+    pytest_plugins = ["aioqueue.pytest_plugin"]
+
+They are not registered on install (no pytest11 entry point): pytest rewrites the assert
+statements of every module of a package that registers one, which would change the library
+under test in every project that installs it. Celery's plugin is enabled the same way.
 
     async def test_reminder_is_sent(aioqueue_service):
         sent = []
@@ -23,7 +31,7 @@ Fixtures:
 - `aioqueue_service`: a service from `aioqueue_builder`, not started: `async with` it.
 
 The fixtures are plain (not async), so they work with pytest-asyncio, anyio's pytest plugin
-or trio's alike. Disable the plugin with `-p no:aioqueue`.
+or trio's alike.
 """
 
 from __future__ import annotations

