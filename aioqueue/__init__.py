@@ -27,6 +27,7 @@ from ._model.instrumentation import HandlingScope, Instrumentation, NoInstrument
 from ._model.metrics import Metrics, NoMetrics, Outcome
 from ._model.retry import ExponentialBackoff, FixedDelays, RetryPolicy
 from ._model.serializer import JsonSerializer, Serializer
+from ._recurring.records import ScheduleInfo
 from ._service.builder import EventServiceBuilder
 from ._service.service import EventService, ServiceState
 
@@ -56,6 +57,7 @@ __all__ = [
     "PendingEvent",
     "PendingPage",
     "RetryPolicy",
+    "ScheduleInfo",
     "SerializationError",
     "Serializer",
     "ServiceConfig",

@@ -43,7 +43,7 @@ DECLARE = LuaScript("schedule_declare")
 TICK = LuaScript("schedule_tick")
 REMOVE = LuaScript("schedule_remove")
 
-TickOutcome = Literal["produced", "kept", "moved", "changed", "gone"]
+TickOutcome = Literal["produced", "kept", "moved", "early", "changed", "gone"]
 
 
 def directory_key(prefix: str) -> str:

@@ -9,7 +9,8 @@
 -- Returns {outcome, server now ms, record JSON or false}: 'produced' (the event is
 -- scheduled), 'kept' (an event with that id was pending already and is kept: the tick is
 -- recorded all the same), 'moved' (another service produced a tick meanwhile: nothing
--- written), 'changed' (the stored spec is another one: nothing written), 'gone' (removed).
+-- written), 'early' (the latest tick is still to come: nothing written), 'changed' (the
+-- stored spec is another one: nothing written), 'gone' (removed).
 local now = server_time_ms()
 local name = ARGV[1]
 local raw = redis.call('HGET', KEYS[1], name)
@@ -26,6 +27,11 @@ end
 local seen = record.tick and tostring(record.tick) or ''
 if seen ~= ARGV[3] then
   return {'moved', now, raw}
+end
+if record.tick and record.tick > now then
+  -- The latest tick is still to come: one future tick at a time, so that a changed or
+  -- removed schedule has exactly one pending tick to cancel.
+  return {'early', now, raw}
 end
 local id = ARGV[5]
 local outcome = 'kept'
