@@ -29,6 +29,7 @@ from aioqueue._admin.stats import read_stats
 from aioqueue.testing import EmbeddedServer
 from tests.ops_support import ServedApp, serve, stored_envelope
 from tests.support import queue_key, wait_until
+from tests.workers.schedule_worker import beat
 
 Builder = Callable[[], EventServiceBuilder]
 # The flags this machine needs: without the background-networking ones Chromium keeps trying
@@ -258,3 +259,39 @@ async def test_a_dead_letter_whose_id_has_slashes_is_shown_and_requeued(
     envelope = await stored_envelope(redis_client, "Invoice", odd_id)
     assert (envelope["attempt"], orjson.loads(envelope["payload"])) == (0, {"amount": 7})
     await wait_for(lambda: shown_dead_letters(browser) == {})
+
+
+READ_SCHEDULES = """
+return Array.from(document.querySelectorAll('#schedules tbody tr[data-name]')).map((row) =>
+  Object.fromEntries(['name', 'type', 'spec', 'tz', 'next_tick'].map((field) =>
+    [field, row.querySelector(`td[data-field="${field}"]`).textContent])));
+"""
+
+
+async def test_schedules_table_shows_what_redis_holds_as_text(
+    service_builder: Builder, dashboard: ServedApp, browser: WebDriver
+) -> None:
+    """A schedule whose name is markup is shown as that text, and nothing in it runs."""
+    hostile = "<img src=x onerror=\"document.title='pwned'\">"
+    service = service_builder().build()
+    service.add_schedule(hostile, cron="0 3 * * *", tz="Europe/Paris", event=beat)
+    async with service:
+
+        async def declared() -> bool:
+            return len(await service.schedules()) == 1
+
+        await wait_until(declared)
+        [info] = await service.schedules()
+    await anyio.to_thread.run_sync(browser.get, f"{dashboard.base_url}/?interval=0.3")
+
+    def shown() -> bool:
+        return bool(browser.execute_script(READ_SCHEDULES))
+
+    await wait_for(shown)
+    [row] = browser.execute_script(READ_SCHEDULES)
+    assert row["name"] == hostile
+    assert (row["type"], row["spec"], row["tz"]) == ("Beat", "0 3 * * *", "Europe/Paris")
+    assert info.next_tick is not None
+    assert row["next_tick"] == info.next_tick.isoformat().replace("T", " ")[:19]
+    assert browser.title != "pwned"
+    assert not browser.find_elements(By.CSS_SELECTOR, "#schedules img")
