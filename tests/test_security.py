@@ -4,6 +4,7 @@ hostile event ids, and nothing read from Redis is ever unpickled or imported."""
 from __future__ import annotations
 
 import ast
+import logging
 import pathlib
 import pickle
 import re
@@ -25,7 +26,7 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import NoPermissionError, ResponseError
 
-from aioqueue import EventService, EventServiceBuilder, FixedDelays
+from aioqueue import Event, EventService, EventServiceBuilder, FixedDelays
 from aioqueue._engine.envelope import text
 from aioqueue._engine.keys import QueueKeys, QueueLayout, partition_of
 from aioqueue._engine.registry import registry_key
@@ -642,3 +643,55 @@ async def test_a_binary_envelope_is_dead_lettered_and_listed(
     [letter] = await service_builder().build().dead_letters(PaymentCheck)
     assert letter.id == "binary"
     assert letter.error.startswith("envelope is not valid JSON")
+
+
+@dataclass
+class Good(Event):
+    id: str
+
+
+@dataclass
+class Poisoned(Event):
+    id: str
+
+
+@pytest.mark.parametrize("poison", ["minus-infinite-score", "schedule-is-a-string",
+                                    "ready-is-a-hash"])  # fmt: skip
+async def test_one_poisoned_type_never_stops_the_dispatch_of_the_others(
+    redis_client: redis.Redis,
+    service_builder: Callable[[], EventServiceBuilder],
+    caplog: pytest.LogCaptureFixture,
+    poison: str,
+) -> None:
+    """A hostile writer spoils one type's keys; a healthy type handled by the same service
+    still gets all its events, and a score that is no time goes to the dead letters."""
+    caplog.set_level(logging.ERROR, logger="aioqueue")
+    bad = QueueKeys.for_type("aioqueue", "Poisoned")
+    if poison == "minus-infinite-score":
+        await redis_client.hset(bad.events, "poison", '{"payload":"{}","version":1}')
+        await redis_client.zadd(bad.schedule, {"poison": float("-inf")})
+    elif poison == "schedule-is-a-string":
+        await redis_client.set(bad.schedule, "x")
+    else:
+        await redis_client.hset(bad.ready, "not", "a list")
+        await redis_client.hset(bad.events, "p-1", '{"payload":"{}","version":1,"attempt":0}')
+        await redis_client.zadd(bad.schedule, {"p-1": 0})
+    good = Recorder()
+    async with service_builder().build() as service:
+        service.add_handler(Poisoned, Recorder())
+        service.add_handler(Good, good, parallelism=4)
+        await service.enqueue_many([Good(id=f"g-{n}") for n in range(20)], 0)
+        await good.wait_for(20)
+        if poison == "minus-infinite-score":
+
+            async def buried() -> bool:
+                return await redis_client.hexists(bad.dead_letters, "poison")
+
+            await wait_until(buried)
+    assert sorted(good.ids) == sorted(f"g-{n}" for n in range(20))
+    if poison == "minus-infinite-score":
+        letter = orjson.loads(await redis_client.hget(bad.dead_letters, "poison") or b"{}")
+        assert letter["error"] == "schedule score -inf is not a time in milliseconds"
+        assert await redis_client.zcard(bad.schedule) == 0
+    else:
+        assert any("cannot dispatch Poisoned" in r.getMessage() for r in caplog.records)

@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterable
 
 import anyio
 from anyio.abc import TaskGroup
+from redis.exceptions import ResponseError
 
-from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
+from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._engine.store import DispatchResult, QueueStore
 from aioqueue._model.config import ServiceConfig
 
@@ -18,6 +19,26 @@ __all__ = ["Dispatcher"]
 # When a ready list is full its consumers are busy; look again soon, without spinning. This
 # service's own consumers cut the pause short as soon as they claim (ready_list_drained).
 READY_FULL_PAUSE = 0.05
+# A type whose dispatch the server refuses (a key of the wrong type written by hand, data
+# the script cannot handle) is set aside on its own, for this long after its first failure in
+# a row, doubling up to the maximum; the other types are dispatched as usual meanwhile.
+ISOLATION_FIRST = 0.5
+ISOLATION_MAX = 30.0
+
+
+class _SetAside:
+    """A type whose dispatch failed, and when to try it again."""
+
+    __slots__ = ("delay", "until")
+
+    def __init__(self) -> None:
+        self.delay = ISOLATION_FIRST / 2
+        self.until = 0.0
+
+    def failed(self) -> float:
+        self.delay = min(ISOLATION_MAX, self.delay * 2)
+        self.until = time.monotonic() + self.delay
+        return self.delay
 
 
 class Dispatcher:
@@ -37,6 +58,8 @@ class Dispatcher:
         self._next_pass = math.inf
         self._watched: dict[str, anyio.CancelScope] = {}
         self._ready_full = False
+        self._set_aside: dict[str, _SetAside] = {}
+        """Types whose dispatch failed in the server, by schedule key (see ISOLATION_FIRST)."""
 
     async def run(self) -> None:
         with self._scope:
@@ -113,16 +136,37 @@ class Dispatcher:
         self._watch_wake_signals(stores, watchers)
         self._ready_full = False
         for store in stores:
-            result = await store.dispatch(
-                batch_size=config.scheduling_batch_size,
-                lease_ms=config.lease_ms,
-                max_attempts=config.retry_attempts,
-                ready_capacity=config.ready_capacity,
-            )
+            set_aside = self._set_aside.get(store.keys.schedule)
+            if set_aside is not None:
+                wait = set_aside.until - time.monotonic()
+                if wait > 0:
+                    pause = min(pause, wait)
+                    continue
+            try:
+                result = await store.dispatch(
+                    batch_size=config.scheduling_batch_size,
+                    lease_ms=config.lease_ms,
+                    max_attempts=config.retry_attempts,
+                    ready_capacity=config.ready_capacity,
+                )
+            except ResponseError as exc:
+                # The server answered, and refused this type only: the others go on.
+                pause = min(pause, self._set_type_aside(store, exc))
+                continue
+            self._set_aside.pop(store.keys.schedule, None)
             if result.dispatched:
                 config.metrics.events_dispatched(store.event_type, result.dispatched)
             pause = min(pause, self._pause_after(result))
         return pause
+
+    def _set_type_aside(self, store: QueueStore, error: ResponseError) -> float:
+        set_aside = self._set_aside.setdefault(store.keys.schedule, _SetAside())
+        delay = set_aside.failed()
+        logger.error(
+            "cannot dispatch %s (keys %s): %s; trying it again in %g s, the other types go on",
+            store.event_type, store.keys.schedule, error, delay,
+        )  # fmt: skip
+        return delay
 
     def _pause_after(self, result: DispatchResult) -> float:
         config = self._config

@@ -51,6 +51,12 @@ local function cancel_pending_tick(schedule, events, id, now)
   end
 end
 
+-- Whether a schedule score can be a due time: finite (a score of -inf or inf can be written
+-- by hand; neither is a moment, and cjson cannot encode either).
+local function is_time(score)
+  return score ~= nil and score == score and score > -math.huge and score < math.huge
+end
+
 -- What a consumer receives: the stored envelope with the event id put in front. The stored
 -- envelope leaves the id out (it is the hash field already: bytes per pending event are what
 -- a large backlog costs), and claim.lua rebuilds this exact text to recognise a current copy.

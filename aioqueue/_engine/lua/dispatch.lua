@@ -62,7 +62,14 @@ if #due > 0 then
   local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
   for n, id in ipairs(ids) do
     local raw = stored[n]
-    if not raw then
+    local score = tonumber(due[2 * n])
+    if raw and not is_time(score) then
+      -- Written by hand or by a broken producer: such a score cannot be a due time, and
+      -- encoding it would fail this whole call, and with it every other event of the batch.
+      bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw},
+           'schedule score ' .. tostring(due[2 * n]) .. ' is not a time in milliseconds', now)
+      buried = buried + 1
+    elseif not raw then
       -- A schedule entry without an event (written by hand): nothing to deliver.
       orphans[#orphans + 1] = id
     else
@@ -91,7 +98,7 @@ if #due > 0 then
         else
           envelope.id = nil  -- stored without it; the delivery puts it back in front
           envelope.attempt = attempt + 1
-          envelope.due_at = tonumber(due[2 * n])
+          envelope.due_at = score
           local encoded = cjson.encode(envelope)
           rewritten[#rewritten + 1] = id
           rewritten[#rewritten + 1] = encoded
@@ -114,7 +121,7 @@ if #due > 0 then
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local earliest = -1
-if first[2] then
+if first[2] and is_time(tonumber(first[2])) then
   earliest = tonumber(first[2])
 end
 return {dispatched, buried, now, earliest, limit, ready_length + dispatched}
