@@ -227,7 +227,8 @@ async def test_services_sharing_a_queue_deliver_each_event_exactly_once(
 async def test_a_failing_dispatch_is_logged_and_retried(
     service_builder: Builder, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A Redis error in a dispatch pass must not end the dispatcher: it logs, retries, recovers."""
+    """A type whose dispatch the server refuses must not end the dispatcher: it logs, sets
+    the type aside, tries it again and recovers."""
     caplog.set_level(logging.INFO, logger="aioqueue")
     # A string where the ready list should be: dispatch.lua fails with WRONGTYPE on every pass.
     await redis_client.set(READY, "not a list")
@@ -235,13 +236,15 @@ async def test_a_failing_dispatch_is_logged_and_retried(
     async with service_builder().build() as service:
         service.add_handler(PaymentCheck, handler)
         await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
-        await wait_until(lambda: _logged(caplog, logging.WARNING, "dispatching failed"))
+        await wait_until(lambda: _logged(caplog, logging.ERROR, "cannot dispatch PaymentCheck"))
         assert handler.deliveries == []
         await redis_client.delete(READY)
         [delivery] = await handler.wait_for(1)
         # The dispatcher logs its recovery once its pass returns, which can be just after
         # the consumer already handed the event over.
-        await wait_until(lambda: _logged(caplog, logging.INFO, "dispatching recovered"))
+        await wait_until(
+            lambda: _logged(caplog, logging.INFO, "dispatching PaymentCheck recovered")
+        )
         assert service.state is ServiceState.RUNNING
     assert delivery.event == PaymentCheck(id="p-1", order_id=1)
 

@@ -153,7 +153,8 @@ class Dispatcher:
                 # The server answered, and refused this type only: the others go on.
                 pause = min(pause, self._set_type_aside(store, exc))
                 continue
-            self._set_aside.pop(store.keys.schedule, None)
+            if self._set_aside.pop(store.keys.schedule, None) is not None:
+                logger.info("dispatching %s recovered", store.event_type)
             if result.dispatched:
                 config.metrics.events_dispatched(store.event_type, result.dispatched)
             pause = min(pause, self._pause_after(result))
