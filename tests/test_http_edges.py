@@ -79,6 +79,17 @@ def nested_body(depth: int) -> bytes:
     return f'{{"type":"Parcel","id":"p","delay":60,"payload":{payload}}}'.encode()
 
 
+async def test_a_registry_entry_that_is_no_count_answers_409_and_stores_nothing(
+    http: httpx.AsyncClient, redis_client: redis.Redis
+) -> None:
+    await redis_client.hset("aioqueue:types", "Parcel", "abc")
+    response = await http.post("/events", json={"type": "Parcel", "id": "p", "delay": 1})
+    assert response.status_code == 409, response.text
+    assert "no partition count" in response.json()["error"]
+    assert await redis_client.exists(queue_key("Parcel", "events")) == 0
+    assert await redis_client.hget("aioqueue:types", "Parcel") == b"abc"
+
+
 async def test_payload_nesting_up_to_254_levels_is_stored(
     http: httpx.AsyncClient, redis_client: redis.Redis
 ) -> None:

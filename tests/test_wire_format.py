@@ -52,24 +52,20 @@ async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
     assert by_id["p-2"].event == PaymentCheck(id="p-2", order_id=2)
 
 
-async def test_keys_written_directly_in_one_multi_are_delivered(
+async def test_an_id_inside_the_payload_is_ignored_and_cancel_works_as_documented(
     redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
-    """The documented direct write (HSETNX envelope + ZADD due) is a valid event too."""
-    version = await redis_client.incr(SEQUENCE)
-    envelope = {
-        "id": "p-3",
-        "type": "PaymentCheck",
-        "payload": '{"order_id":3}',
-        "context": {},
-        "attempt": 0,
-        "version": version,
-        "enqueued_at": 0,
-    }
-    async with redis_client.pipeline(transaction=True) as multi:
-        multi.hsetnx(EVENTS, "p-3", orjson.dumps(envelope))
-        multi.zadd(SCHEDULE, {"p-3": 0})
-        await multi.execute()
+    """The script's id wins over an `id` in the payload; cancel.lua takes the documented
+    keys and argument and answers 1, then 0."""
+    enqueue = script_source("enqueue")
+    keys = (SCHEDULE, EVENTS, SEQUENCE)
+    for event_id in ("p-3", "p-4"):
+        payload = orjson.dumps({"id": "someone-else", "order_id": 3}).decode()
+        await redis_client.eval(enqueue, 3, *keys, "0", "PaymentCheck", event_id, payload, "{}",
+                                "delay", 0 if event_id == "p-3" else 3_600_000)  # fmt: skip
+    cancel = script_source("cancel")
+    assert await redis_client.eval(cancel, 2, SCHEDULE, EVENTS, "p-4") == 1
+    assert await redis_client.eval(cancel, 2, SCHEDULE, EVENTS, "p-4") == 0
     handler = Recorder()
     async with service_builder().build() as service:
         service.add_handler(PaymentCheck, handler)

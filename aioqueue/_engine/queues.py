@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from .client import RedisClient
 from .keys import QueueLayout, partition_of
-from .registry import record_layout
+from .registry import resolve_layout
 from .store import QueueStore
 
 __all__ = ["QueueDirectory", "TypeQueue"]
@@ -52,9 +52,11 @@ class QueueDirectory:
         return queue
 
     async def recorded(self, event_type: str) -> TypeQueue:
-        """The queue, after making sure the registry lists it (one write per service)."""
+        """The queue, after making sure the registry lists it with this service's partition
+        count (once per service); raises PartitionCountMismatchError when it lists another."""
         queue = self.queue(event_type)
         if not queue.recorded:
-            await record_layout(self._client, queue.layout)
+            layout = queue.layout
+            await resolve_layout(self._client, layout.prefix, event_type, layout.partitions)
             queue.recorded = True
         return queue

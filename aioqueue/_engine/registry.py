@@ -1,16 +1,24 @@
 """The type registry: which event types a prefix has, and how many partitions each has.
 
-Services record every type they touch, so tools (the CLI, the HTTP API, Spark readers) can
-find all queues of a prefix without scanning the keyspace.
+Services, producers (the HTTP API, Spark) and tools all go through `resolve_layout`, the one
+owner of a type's partition count: the first to touch a type records its count, and anyone
+configured with another count is refused, since events written to other keys than the
+consumers read would never be delivered. Tools list every queue of a prefix from it without
+scanning the keyspace, skipping (and reporting) entries that are not a partition count.
 """
 
 from __future__ import annotations
 
-from .client import RedisClient, ensure_slot_map, within_reply_timeout
-from .envelope import text
-from .keys import QueueLayout
+from dataclasses import dataclass, field
 
-__all__ = ["known_layouts", "record_layout", "registry_key"]
+from aioqueue._model.errors import PartitionCountMismatchError
+
+from .client import RedisClient, ensure_slot_map, within_reply_timeout
+from .envelope import readable_text, text
+from .keys import MAX_PARTITIONS, QueueLayout
+from .recovery import logger
+
+__all__ = ["Registry", "known_layouts", "read_registry", "registry_key", "resolve_layout"]
 
 
 def registry_key(prefix: str) -> str:
@@ -18,17 +26,89 @@ def registry_key(prefix: str) -> str:
     return f"{prefix}:types"
 
 
-async def record_layout(client: RedisClient, layout: QueueLayout) -> None:
+async def resolve_layout(
+    client: RedisClient,
+    prefix: str,
+    event_type: str,
+    partitions: int | None,
+    *,
+    record: bool = True,
+) -> QueueLayout:
+    """The type's layout as the registry records it. A type not recorded yet is recorded
+    with `partitions` (1 when None), unless `record` is False (a reader). Raises
+    PartitionCountMismatchError when `partitions` is given and the registry records another
+    count, or records something that is no count."""
+    key = registry_key(prefix)
     # Often a service's first command, and concurrent enqueues all start here.
     await ensure_slot_map(client)
-    record = client.hset(registry_key(layout.prefix), layout.event_type, str(layout.partitions))
-    await within_reply_timeout(record)
+    wanted = 1 if partitions is None else partitions
+    created: int | bool = record and await within_reply_timeout(
+        client.hsetnx(key, event_type, str(wanted))
+    )
+    if created:
+        return QueueLayout(prefix, event_type, wanted)
+    stored = await within_reply_timeout(client.hget(key, event_type))
+    if stored is None and not record:
+        return QueueLayout(prefix, event_type, wanted)
+    count = _count(stored)
+    if count is None:
+        raise PartitionCountMismatchError(
+            f"the registry {key!r} records {readable_text(stored or b'')!r} for {event_type}, "
+            "which is no partition count; fix the entry (HSET it to the count the type's "
+            "services use)"
+        )
+    if partitions is not None and partitions != count:
+        raise PartitionCountMismatchError(
+            f"{event_type} has {count} partition(s) under prefix {prefix!r} (registry "
+            f"{key!r}), but {partitions} were asked for: configure every service and producer "
+            f"of the type with {count} (EventService.builder().partitions({event_type}, "
+            f"{count})); change a type's count only on an empty queue"
+        )
+    return QueueLayout(prefix, event_type, count)
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The registry as read: the usable entries, and what was wrong with the others."""
+
+    layouts: list[QueueLayout]
+    problems: list[str] = field(default_factory=list)
+
+
+async def read_registry(client: RedisClient, prefix: str) -> Registry:
+    """Every type recorded under `prefix`, sorted by name; an entry that is no partition
+    count is left out and described in `problems`, so one bad record never hides the rest."""
+    entries = await within_reply_timeout(client.hgetall(registry_key(prefix)))
+    layouts, problems = [], []
+    for name, value in entries.items():
+        count = _count(value)
+        if count is None:
+            problems.append(
+                f"registry entry {readable_text(name)!r} = {readable_text(value)!r} is no "
+                f"partition count (1 to {MAX_PARTITIONS}); the type is left out"
+            )
+            continue
+        try:
+            layouts.append(QueueLayout(prefix, text(name), count))
+        except ValueError as exc:
+            problems.append(f"registry entry {readable_text(name)!r}: {exc}")
+    layouts.sort(key=lambda layout: layout.event_type)
+    return Registry(layouts, problems)
 
 
 async def known_layouts(client: RedisClient, prefix: str) -> list[QueueLayout]:
-    """Every type recorded under `prefix`, sorted by name."""
-    entries = await within_reply_timeout(client.hgetall(registry_key(prefix)))
-    return sorted(
-        (QueueLayout(prefix, text(name), int(partitions)) for name, partitions in entries.items()),
-        key=lambda layout: layout.event_type,
-    )
+    """Every usable type recorded under `prefix`, sorted by name; bad entries are logged."""
+    registry = await read_registry(client, prefix)
+    for problem in registry.problems:
+        logger.warning("%s", problem)
+    return registry.layouts
+
+
+def _count(value: bytes | str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        count = int(text(value))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return count if 1 <= count <= MAX_PARTITIONS else None

@@ -2,6 +2,7 @@
 
     AioqueueError
     ├── ConfigurationError         a builder setting is missing or out of range
+    │   └── PartitionCountMismatchError  a type's partition count differs from the registry's
     ├── EventDefinitionError       an event class cannot be used as an event
     ├── InvalidEnqueueError        enqueue arguments rejected (id, delay, at, context)
     │   └── PayloadTooLargeError   the payload and context exceed max_payload_bytes
@@ -26,6 +27,7 @@ __all__ = [
     "HandlerRegistrationError",
     "InvalidCursorError",
     "InvalidEnqueueError",
+    "PartitionCountMismatchError",
     "PayloadDecodeError",
     "PayloadTooLargeError",
     "SerializationError",
@@ -40,6 +42,11 @@ class AioqueueError(Exception):
 
 class ConfigurationError(AioqueueError, ValueError):
     """A builder setting is missing or out of its allowed range."""
+
+
+class PartitionCountMismatchError(ConfigurationError):
+    """A type's partition count differs from the one the prefix's registry records (or the
+    registry's entry is unusable): writing or reading other keys would lose events."""
 
 
 class EventDefinitionError(AioqueueError, TypeError):

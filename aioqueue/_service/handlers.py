@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from types import CodeType
@@ -9,8 +10,9 @@ from typing import TypeVar
 
 from aioqueue._delivery.consumer import Consumer
 from aioqueue._delivery.watchdog import handler_code
+from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
 from aioqueue._engine.store import QueueStore
-from aioqueue._model.errors import HandlerRegistrationError
+from aioqueue._model.errors import HandlerRegistrationError, PartitionCountMismatchError
 from aioqueue._model.event import Event, event_type_name
 
 from .base import Registration, ServiceBase, ServiceState
@@ -82,6 +84,26 @@ class ServiceHandlers(ServiceBase):
             thread_limiter=self._handler_threads,
         )
         self._start_background(f"consumer of {registration.event_type}", registration.consumer.run)
+        self._start_background(
+            f"partition check of {registration.event_type}",
+            functools.partial(self._check_partitions, registration),
+        )
+
+    async def _check_partitions(self, registration: Registration) -> None:
+        """Makes sure the registry records the type with this service's partition count; on
+        a mismatch the consumer stops (it would read keys nobody writes) and the service
+        fails loudly (see ServiceBase._supervised)."""
+        errors = ErrorBackoff(f"checking the partitions of {registration.event_type}")
+        while True:
+            try:
+                await self._queues.recorded(registration.event_type)
+                return
+            except PartitionCountMismatchError:
+                if registration.consumer is not None:
+                    registration.consumer.stop_taking()
+                raise
+            except REDIS_ERRORS as exc:
+                await errors.sleep_after(exc)
 
     def _handler_codes(self) -> dict[CodeType, str]:
         codes = {}

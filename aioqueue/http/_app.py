@@ -27,6 +27,7 @@ from aioqueue._admin.actions import (
 from aioqueue._admin.stats import read_stats, resolve_layouts
 from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.keys import validate_prefix
+from aioqueue._model.errors import PartitionCountMismatchError
 from aioqueue._model.event import _WIRE_NAME
 
 from ._browse import browse_routes
@@ -146,8 +147,14 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return _error(500, f"internal error ({type(exc).__name__}); the server log has the details")
 
 
+async def _registry_conflict(request: Request, exc: Exception) -> Response:
+    return _error(409, str(exc))
+
+
 ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
     HTTPException: _http_error,
+    # The type's registry entry is unusable: the message says which and how to fix it.
+    PartitionCountMismatchError: _registry_conflict,
     RedisConnectionError: _redis_unavailable,
     RedisTimeoutError: _redis_unavailable,
     ClusterError: _redis_unavailable,

@@ -10,9 +10,8 @@ from typing import Any
 import orjson
 
 from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueLayout
 from aioqueue._engine.producer import DueTime, context_json
-from aioqueue._engine.registry import registry_key
+from aioqueue._engine.registry import resolve_layout
 from aioqueue._engine.store import EnqueueItem, QueueStore
 from aioqueue._model.errors import InvalidEnqueueError
 from aioqueue._model.event import _WIRE_NAME
@@ -128,11 +127,8 @@ def _context(value: Any) -> dict[str, str] | None:
 async def enqueue(client: RedisClient, prefix: str, request: EnqueueRequest) -> bool:
     """Runs the library's enqueue script for the request; False when a pending event with
     that id was kept. A type nobody registered yet is registered unpartitioned."""
-    registry = registry_key(prefix)
-    # HSETNX: a service that registered the type (maybe partitioned) keeps its entry.
-    await client.hsetnx(registry, request.event_type, "1")
-    partitions = int(await client.hget(registry, request.event_type) or 1)
-    layout = QueueLayout(prefix, request.event_type, partitions)
+    # The registry's count, whatever it is: the HTTP API has no count of its own.
+    layout = await resolve_layout(client, prefix, request.event_type, None)
     keys = layout.keys_for(request.item.id)
     store = QueueStore(client, keys, request.event_type)
     [scheduled] = await store.enqueue([request.item], replace=request.replace)

@@ -16,9 +16,9 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from redis.asyncio.cluster import RedisCluster
 
 from aioqueue._engine.client import RedisClient, client_from_url
-from aioqueue._engine.envelope import text
 from aioqueue._engine.keys import QueueLayout
-from aioqueue._engine.registry import record_layout, registry_key
+from aioqueue._engine.registry import resolve_layout as resolve_registered_layout
+from aioqueue._model.errors import PartitionCountMismatchError
 
 from ._columns import InvalidDataFrameError
 
@@ -63,35 +63,24 @@ def redis_session(url: str) -> Iterator[RedisSession]:
 
 
 def resolve_layout(
-    session: RedisSession, prefix: str, event_type: str, partitions: int | None
+    session: RedisSession,
+    prefix: str,
+    event_type: str,
+    partitions: int | None,
+    *,
+    record: bool,
 ) -> QueueLayout:
-    """The type's layout: the partition count the prefix's registry records, else
-    `partitions`, else 1. A given count that contradicts the registry is an error: events
+    """The type's layout, through the registry's one resolver (see
+    aioqueue._engine.registry.resolve_layout): a job that schedules records a new type, a
+    job that reads does not. A count that contradicts the registry is an error: events
     written to other keys than the consumers read would never be delivered."""
 
-    async def recorded(client: RedisClient) -> bytes | str | None:
-        value: bytes | str | None = await client.hget(registry_key(prefix), event_type)
-        return value
+    async def resolve(client: RedisClient) -> QueueLayout:
+        return await resolve_registered_layout(
+            client, prefix, event_type, partitions, record=record
+        )
 
-    value = session.run(recorded)
-    if value is not None:
-        count = int(text(value))
-        if partitions is not None and partitions != count:
-            raise InvalidDataFrameError(
-                f"partitions={partitions} but the registry {registry_key(prefix)!r} records "
-                f"{count} for {event_type!r}; the services and this job must agree"
-            )
-        partitions = count
     try:
-        return QueueLayout(prefix, event_type, partitions if partitions is not None else 1)
-    except ValueError as exc:
+        return session.run(resolve)
+    except (PartitionCountMismatchError, ValueError) as exc:
         raise InvalidDataFrameError(str(exc)) from exc
-
-
-def record(session: RedisSession, layout: QueueLayout) -> None:
-    """Lists the type in the prefix's registry, as services do, so tools can find it."""
-
-    async def write(client: RedisClient) -> None:
-        await record_layout(client, layout)
-
-    session.run(write)

@@ -139,7 +139,7 @@ def _read(
     if isinstance(rows_per_task, bool) or not isinstance(rows_per_task, int) or rows_per_task < 1:
         raise ValueError(f"rows_per_task must be an integer >= 1, got {rows_per_task!r}")
     with redis_session(url) as session:
-        layout = resolve_layout(session, prefix, wire_name, partitions)
+        layout = resolve_layout(session, prefix, wire_name, partitions, record=False)
         if kind == "pending":
             pairs = [(keys.schedule, keys.events) for keys in layout.all_keys]
         else:

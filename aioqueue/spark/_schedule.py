@@ -26,7 +26,7 @@ from ._columns import (
     checked_event_type,
     checked_prefix,
 )
-from ._connection import RedisSession, record, redis_session, resolve_layout
+from ._connection import RedisSession, redis_session, resolve_layout
 
 __all__ = ["ForeachBatchWriter", "ScheduleResult", "foreach_batch_writer", "schedule_dataframe"]
 
@@ -170,8 +170,9 @@ class ScheduleJob:
         prepared.check_data()
         if self.layout is None:
             with redis_session(self.url) as session:
-                layout = resolve_layout(session, self.prefix, self.event_type, self.partitions)
-                record(session, layout)
+                layout = resolve_layout(
+                    session, self.prefix, self.event_type, self.partitions, record=True
+                )
             self.layout = layout
         plan = _WritePlan(
             url=self.url,
