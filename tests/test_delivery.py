@@ -473,6 +473,7 @@ async def test_pydantic_models_and_custom_wire_names_are_delivered(
         [reminder_delivery] = await reminders.wait_for(1)
     assert keys == sorted(
         [
+            "aioqueue:schemas",
             "aioqueue:types",
             queue_key("Invoice", "events"),
             queue_key("Invoice", "schedule"),

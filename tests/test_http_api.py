@@ -69,7 +69,9 @@ async def test_posted_event_is_stored_exactly_as_the_library_stores_it(
         },
     )
     assert response.status_code == 201, response.text
-    assert response.json() == {"type": "Invoice", "id": "api", "scheduled": True}
+    # Checked against the schema the library's service published for Invoice.
+    digest = (await http.get("/types/Invoice")).json()["digest"]
+    assert response.json() == {"type": "Invoice", "id": "api", "scheduled": True, "schema": digest}
     assert varying_removed(await stored_envelope(redis_client, "Invoice", "api")) == (
         varying_removed(await stored_envelope(redis_client, "Invoice", "lib"))
     )

@@ -45,11 +45,12 @@ async def test_service_reports_enqueues_dispatches_and_outcomes(
     recorder = Recorder(outcome=outcome)
     service = service_builder().metrics(metrics).retry_attempts(2).build()
     async with service:
-        service.add_handler(Charge, recorder, parallelism=4)
         for i in range(3):
             await service.enqueue(Charge(id=f"ok-{i}", outcome="ok"), 0)
         await service.enqueue(Charge(id="ok-0", outcome="ok"), 0)  # kept: already pending
         await service.enqueue(Charge(id="bad", outcome="raise"), 0)
+        # Added after the enqueues, so that ok-0 is surely still pending at its second one.
+        service.add_handler(Charge, recorder, parallelism=4)
         # 3 successes + 2 attempts of "bad" (the second one kills it).
         await recorder.wait_for(5)
 

@@ -30,6 +30,7 @@ from aioqueue import Event, EventService, EventServiceBuilder, FixedDelays
 from aioqueue._engine.envelope import text
 from aioqueue._engine.keys import QueueKeys, QueueLayout, partition_of
 from aioqueue._engine.registry import registry_key
+from aioqueue._engine.schemas import schemas_key
 from aioqueue._engine.scripts import script_source
 from aioqueue.testing import CuttingProxy, EmbeddedServer, find_server_binary, free_port
 from tests.support import PaymentCheck, Recorder, wait_until
@@ -406,7 +407,11 @@ async def test_services_with_different_prefixes_on_one_server_never_see_each_oth
     assert [letter.id for letter in shop_dead] == ["p-fails"]
     assert eu_dead == []
     for key in all_keys:
-        owners = [p for p in services if key.startswith(f"{p}:{{") or key == registry_key(p)]
+        owners = [
+            p
+            for p in services
+            if key.startswith(f"{p}:{{") or key in (registry_key(p), schemas_key(p))
+        ]
         assert len(owners) == 1, key
 
 
@@ -472,7 +477,7 @@ async def test_odd_event_ids_stay_inside_their_types_keys_and_are_delivered(
         for keys in layout.all_keys
         for part in ("schedule", "events", "sequence", "wake")
     }
-    assert all_keys <= type_keys | {registry_key("aioqueue")}
+    assert all_keys <= type_keys | {registry_key("aioqueue"), schemas_key("aioqueue")}
     for keys in layout.all_keys:
         tag = keys.events[keys.events.index("{") + 1 : keys.events.index("}")]
         slots = {

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 import pytest
@@ -24,6 +24,7 @@ from aioqueue import (
     EventServiceBuilder,
     HandlerRegistrationError,
     JsonSerializer,
+    PayloadDecodeError,
 )
 from tests.support import Recorder, queue_key, wait_until
 
@@ -257,3 +258,20 @@ async def test_a_payload_that_does_not_fit_is_dead_lettered_with_its_field_path(
 def _quoted(payload: str) -> str:
     """The payload as it sits inside the envelope's JSON (a JSON string)."""
     return msgspec.json.encode(payload).decode()[1:-1]
+
+
+@dataclass
+class Deadline(Event):
+    id: str
+    at: Annotated[dt.datetime, msgspec.Meta(tz=True)]
+
+
+def test_an_offset_can_be_required_of_every_producer() -> None:
+    serializer = JsonSerializer()
+    schema = serializer.schema(Deadline)
+    assert schema is not None
+    assert schema["$defs"]["Deadline"]["properties"]["at"]["format"] == "date-time"
+    aware = Deadline(id="d-1", at=dt.datetime(2026, 1, 1, tzinfo=PARIS_WINTER))
+    assert serializer.decode(Deadline, "d-1", serializer.encode(aware)) == aware
+    with pytest.raises(PayloadDecodeError, match=r"\$.at: expected datetime with a timezone"):
+        serializer.decode(Deadline, "d-2", '{"at":"2026-01-01T00:00:00"}')

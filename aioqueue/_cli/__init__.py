@@ -28,6 +28,7 @@ from aioqueue._cli._common import (
 from aioqueue._cli._dead_cmd import add_cancel_command, add_dead_command
 from aioqueue._cli._events_cmd import add_events_command
 from aioqueue._cli._schedules_cmd import add_schedules_command
+from aioqueue._cli._schema_cmd import add_schema_command
 from aioqueue._cli._serve_cmd import add_serve_command
 from aioqueue._cli._stats_cmd import add_stats_command
 from aioqueue._cli._worker_cmd import add_worker_command
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dead_command(commands)
     add_events_command(commands)
     add_schedules_command(commands)
+    add_schema_command(commands)
     add_cancel_command(commands)
     add_worker_command(commands)
     add_serve_command(commands)

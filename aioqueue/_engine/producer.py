@@ -93,7 +93,7 @@ class Producer:
 
     async def enqueue(self, event: Event, due: DueTime, context: str, *, replace: bool) -> bool:
         """Schedules one event. Concurrent calls for the same queue share script calls."""
-        queue = await self._queues.recorded(event_type_name(type(event)))
+        queue = await self._queues.recorded(event_type_name(type(event)), type(event))
         item = self._item(event, due, context)
         store = queue.store_for(item.id)
         coalescer = self._coalescers.get((store, replace))
@@ -115,7 +115,7 @@ class Producer:
         for index, event in enumerate(events):
             event_type = event_type_name(type(event))
             item = self._item(event, due, context)
-            store = (await self._queues.recorded(event_type)).store_for(item.id)
+            store = (await self._queues.recorded(event_type, type(event))).store_for(item.id)
             batches.setdefault(store, []).append((index, item))
             types.append(event_type)
         results = [False] * len(types)

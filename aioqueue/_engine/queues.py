@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aioqueue._model.event import Event
 
 from .client import RedisClient
 from .keys import QueueLayout, partition_of
 from .registry import resolve_layout
+from .schemas import publish_schema
 from .store import QueueStore
 
 __all__ = ["QueueDirectory", "TypeQueue"]
@@ -36,12 +40,20 @@ class TypeQueue:
 class QueueDirectory:
     """The queues one service touches, made on first use and recorded in the type registry."""
 
-    __slots__ = ("_client", "_partitions", "_prefix", "_queues")
+    __slots__ = ("_client", "_partitions", "_prefix", "_queues", "_schema_of")
 
-    def __init__(self, client: RedisClient, prefix: str, partitions: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        prefix: str,
+        partitions: Mapping[str, int],
+        schema_of: Callable[[type[Event]], dict[str, Any] | None] = lambda event_class: None,
+    ) -> None:
         self._client = client
         self._prefix = prefix
         self._partitions = partitions
+        self._schema_of = schema_of
+        """The payload schema an event class implies (the serializer's), to publish."""
         self._queues: dict[str, TypeQueue] = {}
 
     def queue(self, event_type: str) -> TypeQueue:
@@ -51,12 +63,16 @@ class QueueDirectory:
             queue = self._queues[event_type] = TypeQueue(self._client, layout)
         return queue
 
-    async def recorded(self, event_type: str) -> TypeQueue:
-        """The queue, after making sure the registry lists it with this service's partition
-        count (once per service); raises PartitionCountMismatchError when it lists another."""
+    async def recorded(self, event_type: str, event_class: type[Event] | None = None) -> TypeQueue:
+        """The queue, after making sure (once per service) that the registry lists it with
+        this service's partition count, raising PartitionCountMismatchError when it lists
+        another, and that the type's published schema is the one `event_class` implies."""
         queue = self.queue(event_type)
         if not queue.recorded:
             layout = queue.layout
             await resolve_layout(self._client, layout.prefix, event_type, layout.partitions)
+            payload_schema = None if event_class is None else self._schema_of(event_class)
+            if payload_schema is not None:
+                await publish_schema(self._client, layout.prefix, event_type, payload_schema)
             queue.recorded = True
         return queue

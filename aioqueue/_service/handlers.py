@@ -124,18 +124,19 @@ class ServiceHandlers(ServiceBase):
         )
         self._start_background(f"consumer of {registration.event_type}", registration.consumer.run)
         self._start_background(
-            f"partition check of {registration.event_type}",
-            functools.partial(self._check_partitions, registration),
+            f"recording of {registration.event_type}",
+            functools.partial(self._record_type, registration),
         )
 
-    async def _check_partitions(self, registration: Registration) -> None:
-        """Makes sure the registry records the type with this service's partition count; on
-        a mismatch the consumer stops (it would read keys nobody writes) and the service
-        fails loudly (see ServiceBase._supervised)."""
-        errors = ErrorBackoff(f"checking the partitions of {registration.event_type}")
+    async def _record_type(self, registration: Registration) -> None:
+        """Makes sure the registry records the type with this service's partition count, and
+        publishes the type's payload schema; on a partition count mismatch the consumer stops
+        (it would read keys nobody writes) and the service fails loudly (see
+        ServiceBase._supervised)."""
+        errors = ErrorBackoff(f"recording {registration.event_type} in the registry")
         while True:
             try:
-                await self._queues.recorded(registration.event_type)
+                await self._queues.recorded(registration.event_type, registration.event_class)
                 return
             except PartitionCountMismatchError:
                 if registration.consumer is not None:

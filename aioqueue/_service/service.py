@@ -51,7 +51,9 @@ class EventService(
         self._client = client
         self._owns_client = owns_client
         self._state = ServiceState.IDLE
-        self._queues = QueueDirectory(client, config.prefix, config.partitions)
+        self._queues = QueueDirectory(
+            client, config.prefix, config.partitions, config.serializer.schema
+        )
         self._producer = Producer(self._queues, config)
         self._registrations = {}
         self._schedules = {}

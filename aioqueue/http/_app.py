@@ -33,6 +33,7 @@ from aioqueue._model.event import _WIRE_NAME
 from ._browse import browse_routes
 from ._events import EnqueueRequest, RequestError, enqueue
 from ._schedules import schedule_routes
+from ._types import PayloadMismatch, SchemaChecks, type_routes
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
 
@@ -82,6 +83,7 @@ def create_app(
         Route("/dead-letters/{type}/{id:path}/requeue", api(state.requeue), methods=["POST"]),
         *browse_routes(state, api),
         *schedule_routes(state, api),
+        *type_routes(state, api),
     ]
     metrics = _metrics_endpoint(state)
     if metrics is not None:
@@ -172,6 +174,7 @@ class _State:
         self.prefix = prefix
         self.token = token
         self.max_body_bytes = max_body_bytes
+        self.schema_checks = SchemaChecks()
         self.client: RedisClient
 
     def api(self, endpoint: Endpoint) -> Endpoint:
@@ -223,8 +226,20 @@ class _State:
             return _error(400, f"the body is not valid JSON: {exc}")
         except RequestError as exc:
             return _error(422, str(exc))
+        try:
+            # A type no service published a schema for is written unchecked ("schema": null).
+            digest = await self.schema_checks.check(
+                self.client, self.prefix, parsed.event_type, parsed.item.id, parsed.payload
+            )
+        except PayloadMismatch as exc:
+            return JSONResponse({"error": str(exc), "errors": exc.errors}, status_code=422)
         scheduled = await enqueue(self.client, self.prefix, parsed)
-        result = {"type": parsed.event_type, "id": parsed.item.id, "scheduled": scheduled}
+        result = {
+            "type": parsed.event_type,
+            "id": parsed.item.id,
+            "scheduled": scheduled,
+            "schema": digest,
+        }
         return JSONResponse(result, status_code=201 if scheduled else 200)
 
     async def _read_body(self, request: Request) -> bytes | Response:

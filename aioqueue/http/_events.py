@@ -32,6 +32,8 @@ class EnqueueRequest:
     event_type: str
     item: EnqueueItem
     replace: bool
+    payload: dict[str, Any]
+    """The payload as decoded, for the check against the type's published schema."""
 
     @classmethod
     def parse(cls, body: Any) -> EnqueueRequest:
@@ -71,7 +73,7 @@ class EnqueueRequest:
             due_ms=due.milliseconds,
             absolute=due.absolute,
         )
-        return cls(event_type=event_type, item=item, replace=replace)
+        return cls(event_type=event_type, item=item, replace=replace, payload=payload)
 
 
 def _delay(value: Any) -> float | None:
