@@ -32,12 +32,13 @@ __all__ = [
     "PendingPage",
     "inspect_event",
     "pending_page",
+    "reschedule",
     "run_now",
 ]
 
 PAGE = LuaScript("page")
 INSPECT = LuaScript("inspect")
-RUN_NOW = LuaScript("run_now")
+RESCHEDULE = LuaScript("reschedule")
 
 # Most events one page holds, whatever a caller asks for.
 MAX_PAGE = 1000
@@ -48,6 +49,7 @@ dispatched, its delivery waits in the ready list; in_flight: a handler has it, u
 lease ends; retry_wait: an attempt failed, the retry is scheduled; dead: in the dead letters."""
 
 RunNowResult = Literal["due", "missing", "in_flight"]
+MoveResult = Literal["moved", "missing", "in_flight"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,11 +217,26 @@ async def inspect_event(
 
 
 async def run_now(client: RedisClient, layout: QueueLayout, event_id: str) -> RunNowResult:
-    """Makes a pending event due now, keeping its attempt count (see run_now.lua)."""
+    """Makes a pending event due now, keeping its attempt count (see reschedule.lua)."""
+    result = await reschedule(client, layout, event_id, 0, absolute=False)
+    return "due" if result == "moved" else result
+
+
+async def reschedule(
+    client: RedisClient, layout: QueueLayout, event_id: str, due_ms: int, *, absolute: bool
+) -> MoveResult:
+    """Moves a pending event to `due_ms` (epoch ms when `absolute`, else a delay from the
+    server's now), keeping payload, context and attempt count (see reschedule.lua)."""
     keys = layout.keys_for(event_id)
-    result = text(await RUN_NOW.run(client, [keys.schedule, keys.events, keys.wake], [event_id]))
-    if result not in ("due", "missing", "in_flight"):
-        raise RuntimeError(f"run_now.lua returned {result!r}")
+    result = text(
+        await RESCHEDULE.run(
+            client,
+            [keys.schedule, keys.events, keys.wake],
+            [event_id, "at" if absolute else "delay", due_ms],
+        )
+    )
+    if result not in ("moved", "missing", "in_flight"):
+        raise RuntimeError(f"reschedule.lua returned {result!r}")
     return result  # type: ignore[return-value]
 
 

@@ -19,7 +19,7 @@ from .coalescer import Coalescer
 from .queues import QueueDirectory
 from .store import EnqueueItem, QueueStore
 
-__all__ = ["MAX_DELAY", "DueTime", "Producer", "context_json"]
+__all__ = ["MAX_DELAY", "DueTime", "Producer", "context_json", "max_wait_ms"]
 
 MAX_DELAY = timedelta(days=36525)
 """The furthest ahead an event may be due: 100 years. A later due time is far more likely a
@@ -70,6 +70,24 @@ class DueTime:
         return cls(round(seconds * 1000), absolute=False, due_in=seconds)
 
 
+def max_wait_ms(max_wait: Duration | None, *, replace: bool) -> int | None:
+    """The debounce bound in ms; max_wait only means something for a replacing enqueue."""
+    if max_wait is None:
+        return None
+    if not replace:
+        raise InvalidEnqueueError(
+            "max_wait bounds a debounce: it needs replace=True (each enqueue replaces the "
+            "pending version, and none pushes it past the first enqueue plus max_wait)"
+        )
+    try:
+        seconds = to_seconds(max_wait, "max_wait")
+    except (TypeError, ValueError) as exc:
+        raise InvalidEnqueueError(str(exc)) from exc
+    if not 0 <= seconds <= MAX_DELAY.total_seconds():
+        raise InvalidEnqueueError(f"max_wait must be between 0 and 100 years, got {max_wait!r}")
+    return round(seconds * 1000)
+
+
 def context_json(context: Mapping[str, str] | None) -> str:
     """The context as the JSON object the envelope stores; it must map strings to strings."""
     if not context:
@@ -89,22 +107,41 @@ class Producer:
     def __init__(self, queues: QueueDirectory, config: ServiceConfig) -> None:
         self._queues = queues
         self._config = config
-        self._coalescers: dict[tuple[QueueStore, bool], Coalescer[EnqueueItem, bool]] = {}
+        # Calls that share a queue and a write mode share script calls.
+        self._coalescers: dict[
+            tuple[QueueStore, bool, int | None], Coalescer[EnqueueItem, bool]
+        ] = {}
 
-    async def enqueue(self, event: Event, due: DueTime, context: str, *, replace: bool) -> bool:
+    async def enqueue(
+        self,
+        event: Event,
+        due: DueTime,
+        context: str,
+        *,
+        replace: bool,
+        max_wait_ms: int | None = None,
+    ) -> bool:
         """Schedules one event. Concurrent calls for the same queue share script calls."""
         queue = await self._queues.recorded(event_type_name(type(event)), type(event))
         item = self._item(event, due, context)
         store = queue.store_for(item.id)
-        coalescer = self._coalescers.get((store, replace))
+        mode = (store, replace, max_wait_ms)
+        coalescer = self._coalescers.get(mode)
         if coalescer is None:
-            coalescer = self._coalescers[store, replace] = Coalescer(
-                functools.partial(store.enqueue, replace=replace), CHUNK_SIZE
+            coalescer = self._coalescers[mode] = Coalescer(
+                functools.partial(store.enqueue, replace=replace, max_wait_ms=max_wait_ms),
+                CHUNK_SIZE,
             )
         return await coalescer.submit(item)
 
     async def enqueue_many(
-        self, events: Iterable[Event], due: DueTime, context: str, *, replace: bool
+        self,
+        events: Iterable[Event],
+        due: DueTime,
+        context: str,
+        *,
+        replace: bool,
+        max_wait_ms: int | None = None,
     ) -> list[tuple[str, bool]]:
         """Schedules `events`; returns (event type, scheduled) per event, in order.
 
@@ -128,7 +165,9 @@ class Producer:
 
         async def write(store: QueueStore, chunk: list[tuple[int, EnqueueItem]]) -> None:
             async with limiter:
-                scheduled = await store.enqueue([item for _, item in chunk], replace=replace)
+                scheduled = await store.enqueue(
+                    [item for _, item in chunk], replace=replace, max_wait_ms=max_wait_ms
+                )
             for (index, _), was_scheduled in zip(chunk, scheduled, strict=True):
                 results[index] = was_scheduled
 

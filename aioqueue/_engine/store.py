@@ -73,9 +73,14 @@ class QueueStore:
         self.keys = keys
         self.event_type = event_type
 
-    async def enqueue(self, items: Sequence[EnqueueItem], *, replace: bool) -> list[bool]:
-        """Schedules `items` in one script call; False for each id that was kept pending."""
-        args: list[str | int] = ["1" if replace else "0", self.event_type]
+    async def enqueue(
+        self, items: Sequence[EnqueueItem], *, replace: bool, max_wait_ms: int | None = None
+    ) -> list[bool]:
+        """Schedules `items` in one script call; False for each id that was kept pending.
+        With `max_wait_ms` (and `replace`), a replacement never becomes due later than its
+        debounce series' first enqueue plus max_wait (see enqueue.lua)."""
+        mode = "0" if not replace else "1" if max_wait_ms is None else f"1:{max_wait_ms}"
+        args: list[str | int] = [mode, self.event_type]
         for item in items:
             kind = "at" if item.absolute else "delay"
             args += [item.id, item.payload, item.context_json, kind, item.due_ms]

@@ -1,12 +1,22 @@
-"""EventService's view into a queue: pending events by page, one event in full, run now."""
+"""EventService's view into a queue: pending events by page, one event in full, and moving a
+pending event in time (run now, reschedule)."""
 
 from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
 
-from aioqueue._engine.browse import EventInfo, PendingPage, inspect_event, pending_page, run_now
+from aioqueue._engine.browse import (
+    EventInfo,
+    PendingPage,
+    inspect_event,
+    pending_page,
+    reschedule,
+    run_now,
+)
+from aioqueue._engine.producer import DueTime
 from aioqueue._engine.recovery import logger
+from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
 
 from .base import ServiceBase
@@ -62,3 +72,30 @@ class ServiceBrowsing(ServiceBase):
                 "not running %s %r now: an attempt is under way", event_class.__qualname__, event_id
             )
         return result == "due"
+
+    async def reschedule(
+        self,
+        event_class: type[Event],
+        event_id: str,
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+    ) -> bool:
+        """Moves a pending event to a new due time, `delay` from now or `at`, keeping its
+        payload, context and attempt count, in one atomic step (it is never unscheduled in
+        between). False for an unknown id, a dead event, or one whose attempt is under way."""
+        self._ensure_open()
+        due = DueTime.of(delay, at)
+        layout = self._queue_of(event_class).layout
+        result = await reschedule(
+            self._client, layout, event_id, due.milliseconds, absolute=due.absolute
+        )
+        if result == "in_flight":
+            logger.info(
+                "not rescheduling %s %r: an attempt is under way",
+                event_class.__qualname__,
+                event_id,
+            )
+        elif result == "moved" and self._dispatcher is not None:
+            self._dispatcher.wake_for(due.due_in)
+        return result == "moved"

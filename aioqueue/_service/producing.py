@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from aioqueue._engine.producer import DueTime, context_json
+from aioqueue._engine.producer import DueTime, context_json, max_wait_ms
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event, event_type_name
 
@@ -23,18 +23,24 @@ class ServiceProducing(ServiceBase):
         at: datetime | None = None,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        max_wait: Duration | None = None,
     ) -> bool:
         """Schedules `event` after `delay` (timedelta or seconds) or at `at` (aware datetime).
 
         Returns True when scheduled, False when an event with the same type and id was
         already pending and was kept. `replace=True` overwrites it instead: new payload,
-        context and due time, fresh attempt count.
+        context and due time, fresh attempt count. `max_wait` (with `replace=True`) makes it
+        a bounded debounce: however often the event is replaced, it is due no later than the
+        first enqueue of the pending version plus `max_wait`.
         """
         self._ensure_open()
         due = DueTime.of(delay, at)
+        bound = max_wait_ms(max_wait, replace=replace)
         event_type = event_type_name(type(event))
         context = self._config.instrumentation.enqueue_context(context)
-        scheduled = await self._producer.enqueue(event, due, context_json(context), replace=replace)
+        scheduled = await self._producer.enqueue(
+            event, due, context_json(context), replace=replace, max_wait_ms=bound
+        )
         self._after_enqueue([(event_type, scheduled)], due)
         return scheduled
 
@@ -46,6 +52,7 @@ class ServiceProducing(ServiceBase):
         at: datetime | None = None,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        max_wait: Duration | None = None,
     ) -> list[bool]:
         """Schedules many events with one due time and context, a few script calls in all.
 
@@ -54,9 +61,10 @@ class ServiceProducing(ServiceBase):
         """
         self._ensure_open()
         due = DueTime.of(delay, at)
+        bound = max_wait_ms(max_wait, replace=replace)
         context = self._config.instrumentation.enqueue_context(context)
         outcomes = await self._producer.enqueue_many(
-            events, due, context_json(context), replace=replace
+            events, due, context_json(context), replace=replace, max_wait_ms=bound
         )
         self._after_enqueue(outcomes, due)
         return [scheduled for _, scheduled in outcomes]

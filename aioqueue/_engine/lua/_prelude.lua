@@ -10,12 +10,15 @@ end
 
 -- Writes a new version of an event's envelope and schedules it at `due` (ms): how every event
 -- enters a queue (enqueue.lua, schedule_tick.lua). `context` is a JSON object of strings.
-local function write_event(schedule, events, sequence, id, payload, context, due)
+local function write_event(schedule, events, sequence, id, payload, context, due, since)
   -- The type is left out: the key's hash tag says it, and every byte counts in a backlog.
   local envelope = {
     payload = payload,
     attempt = 0,
     version = redis.call('INCR', sequence),
+    -- A debounced event (enqueue with max_wait) remembers when its series began: later
+    -- replacements never push it past since + max_wait. Absent otherwise.
+    since = since,
   }
   local decoded = cjson.decode(context)
   if next(decoded) ~= nil then

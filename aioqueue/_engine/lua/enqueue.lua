@@ -3,19 +3,37 @@
 -- KEYS[3] sequence (string counter for envelope versions)
 -- KEYS[4] wake (list, optional): gets a token when an event is due before every event
 --   already scheduled, so a dispatcher sleeping until the old earliest time wakes up.
--- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it
+-- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it, or '1:<ms>' to
+--   replace it as a debounce bounded by max_wait ms: the series begins at the first enqueue
+--   (or when the pending version's attempt started), and no replacement makes the event due
+--   later than that time plus max_wait
 -- ARGV[2] event type wire name: checked against the keys' hash tag, so a producer cannot
 --   write one type's events into another type's queue
 -- then 5 values per event: id, payload (JSON text), context (JSON object of strings),
 --   due kind ('delay' or 'at'), milliseconds (a delay, or epoch ms for 'at')
 -- Returns one integer per event: 1 scheduled, 0 kept the pending event with that id.
 local now = server_time_ms()
-local replace = ARGV[1] == '1'
+local replace = ARGV[1] ~= '0'
+local max_wait = tonumber(string.match(ARGV[1], '^1:(%d+)$'))
 local event_type = ARGV[2]
 local tag = string.match(KEYS[1], '{([^}]*)}')
 if tag ~= event_type and string.sub(tag or '', 1, #event_type + 1) ~= event_type .. '#' then
   return redis.error_reply('event type ' .. event_type .. ' does not own key ' .. KEYS[1])
 end
+-- When the debounce series of `id` began: the pending version's, unless it has none or its
+-- attempt is under way (then that version is being handled and a new series begins now).
+local function debounce_since(events, id, now)
+  local stored = redis.call('HGET', events, id)
+  if stored then
+    local ok, envelope = pcall(cjson.decode, stored)
+    if ok and type(envelope) == 'table' and envelope.due_at == nil
+        and is_time(tonumber(envelope.since)) then
+      return tonumber(envelope.since)
+    end
+  end
+  return now
+end
+
 local results = {}
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local earliest = math.huge
@@ -32,7 +50,12 @@ for i = 3, #ARGV, 5 do
     if ARGV[i + 3] == 'delay' then
       due = now + due
     end
-    write_event(KEYS[1], KEYS[2], KEYS[3], id, ARGV[i + 1], ARGV[i + 2], due)
+    local since = nil
+    if max_wait then
+      since = debounce_since(KEYS[2], id, now)
+      due = math.min(due, since + max_wait)
+    end
+    write_event(KEYS[1], KEYS[2], KEYS[3], id, ARGV[i + 1], ARGV[i + 2], due, since)
     results[#results + 1] = 1
     if due < earliest then
       sooner = true
