@@ -1,8 +1,9 @@
 """Property-based: random sequences of queue operations against a model, on a real server.
 
-Hypothesis generates sequences of enqueue, replace, cancel, dispatch, claim, success,
-failure, crash, lease extension, browsing and requeue, run through aioqueue._engine.store.QueueStore
-(the Lua scripts, exactly as the library runs them) and, after every step, compares
+Hypothesis generates sequences of enqueue, replace, debounced replace (max_wait), cancel,
+reschedule, dispatch, claim, success, failure, crash, lease extension, browsing and requeue,
+run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly as the library runs
+them) and, after every step, compares
 everything in Redis with a small model of the queue: no event may be lost (every pending
 event is in the schedule), none invented (nothing in Redis that the model does not have),
 and no stale copy may reach a handler.
@@ -27,7 +28,7 @@ import redis.asyncio as redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aioqueue._engine.browse import inspect_event, pending_page
+from aioqueue._engine.browse import inspect_event, pending_page, reschedule
 from aioqueue._engine.envelope import Envelope, text
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.store import EnqueueItem, QueueStore
@@ -59,7 +60,7 @@ LEASES = st.sampled_from([HOUR_MS, HOUR_MS, 0])
 OPERATIONS = st.sampled_from(
     ["dispatch"] * 3
     + ["enqueue"] * 3
-    + ["replace", "cancel", "requeue"]
+    + ["replace", "cancel", "requeue", "reschedule", "debounce"]
     + ["claim"] * 3
     + ["success"] * 2
     + ["failure"] * 2
@@ -126,6 +127,11 @@ class Pending:
     """Changes whenever the stored envelope's text changes; a ready-list copy is current
     only while its generation is the event's."""
     error: str | None = None
+    under_way: bool = False
+    """An attempt was dispatched and is not settled: while its lease runs (not due_now), the
+    event cannot be rescheduled."""
+    since: int | None = None
+    """A debounced event's series start, as stored."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +184,9 @@ class QueueModel:
         self.generations += 1
         return self.generations
 
-    def _schedule(self, event_id: str, payload: str, delay_ms: int) -> None:
+    def _schedule(
+        self, event_id: str, payload: str, delay_ms: int, since: int | None = None
+    ) -> None:
         self.sequence += 1
         self.pending[event_id] = Pending(
             payload=payload,
@@ -186,6 +194,7 @@ class QueueModel:
             attempt=0,
             due_now=delay_ms == 0,
             generation=self._new_generation(),
+            since=since,
         )
 
     # -- producing ---------------------------------------------------------------------------
@@ -195,6 +204,11 @@ class QueueModel:
         operation = step.operation
         if operation in ("enqueue", "replace"):
             self.enqueue(step.event_id, step.payload, step.delay_ms, replace=operation == "replace")
+        elif operation == "debounce":
+            # max_wait 0 or an hour, like the delays: the bound makes it due now, or not.
+            self.debounce(step.event_id, step.payload, step.delay_ms, max_wait_ms=step.lease_ms)
+        elif operation == "reschedule":
+            self.reschedule(step.event_id, step.delay_ms)
         elif operation == "cancel":
             self.cancel(step.event_id)
         elif operation == "requeue":
@@ -215,6 +229,31 @@ class QueueModel:
         assert scheduled is expected
         if expected:
             self._schedule(event_id, payload, delay_ms)
+
+    def debounce(self, event_id: str, payload: str, delay_ms: int, *, max_wait_ms: int) -> None:
+        """A replacement bounded by max_wait: a pending version not under way passes its
+        series start on; otherwise a new series starts now."""
+        before = self.pending.get(event_id)
+        item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
+        [scheduled] = self.run(self.store.enqueue([item], replace=True, max_wait_ms=max_wait_ms))
+        assert scheduled
+        since = _fields(cast("bytes", self.run(self.client.hget(KEYS.events, event_id))))["since"]
+        if before is not None and not before.under_way and before.since is not None:
+            assert since == before.since, "a debounce series lost its start"
+        elif before is not None and before.since is not None:
+            assert since >= before.since
+        self._schedule(event_id, payload, 0 if max_wait_ms == 0 else delay_ms, since)
+
+    def reschedule(self, event_id: str, delay_ms: int) -> None:
+        outcome = self.run(reschedule(self.client, LAYOUT, event_id, delay_ms, absolute=False))
+        event = self.pending.get(event_id)
+        if event is None:
+            assert outcome == "missing"
+        elif event.under_way and not event.due_now:
+            assert outcome == "in_flight"
+        else:
+            assert outcome == "moved"
+            event.due_now = delay_ms == 0  # only the score moves: copies stay current
 
     def cancel(self, event_id: str) -> None:
         removed = self.run(self.store.cancel(event_id))
@@ -256,6 +295,7 @@ class QueueModel:
                 continue
             event.attempt += 1
             event.due_now = lease_ms == 0
+            event.under_way = True
             event.generation = self._new_generation()
             pushed.append(event_id)
         assert (result.dispatched, result.buried) == (len(pushed), buried)
@@ -304,7 +344,7 @@ class QueueModel:
             )  # fmt: skip
             if event.due_now:
                 assert info.state == "due"
-        for event_id in self.dead:
+        for event_id in self.dead.keys() - self.pending.keys():  # else inspect shows the pending
             info = self.run(inspect_event(self.client, LAYOUT, event_id))
             assert info is not None
             assert info.state == "dead"
@@ -374,6 +414,7 @@ class QueueModel:
             assert outcome == "retry"
             event.error = error
             event.due_now = retry_ms == 0
+            event.under_way = False
             event.generation = self._new_generation()
 
     def _bury(self, event_id: str, error: str) -> None:
@@ -397,6 +438,7 @@ class QueueModel:
             assert (stored["version"], stored["attempt"]) == (event.version, event.attempt)
             assert stored["payload"] == event.payload
             assert stored.get("error") == event.error
+            assert stored.get("since") == event.since
             if event.due_now:
                 assert schedule[event_id] <= now, f"{event_id} should be due"
             else:
