@@ -101,8 +101,8 @@ async def denials(admin: redis.Redis) -> list[str]:
 async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_else(
     redis_client: redis.Redis, acl_user: str
 ) -> None:
-    """Enqueue, dispatch, handle, fail into the dead letters, requeue, succeed and cancel
-    must all work with only the README's ACL rule, with no command denied on the way (the
+    """Enqueue, dispatch, handle, fail into the dead letters, requeue, succeed, reschedule,
+    cancel, pause and resume must all work with only the README's ACL rule, with no command denied on the way (the
     script cache is flushed so the EVAL fallback runs too); and the same user must not read
     or write any key outside the prefix, nor run any other command."""
     await redis_client.script_flush()
@@ -121,7 +121,11 @@ async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_e
             == [True] * 3
         )
         assert await service.enqueue(PaymentCheck(id="p-cancel", order_id=3), 3600)
+        assert await service.reschedule(PaymentCheck, "p-cancel", 7200)
         assert await service.cancel(PaymentCheck, "p-cancel")
+        await service.pause(PaymentCheck)
+        assert await service.paused() == {"PaymentCheck"}
+        assert await service.resume(PaymentCheck)
 
         async def one_dead_letter() -> bool:
             return len(await service.dead_letters(PaymentCheck)) == 1

@@ -192,7 +192,11 @@ class Consumer:
                     self._on_claimed(claimed.ready_left)
                 for raw in claimed.envelopes:
                     deliveries.put(_Delivery(partition, raw, claimed.server_now_ms))
-                if count and not claimed.envelopes and not partition.succeeded:
+                if claimed.paused and claimed.ready_left and not partition.succeeded:
+                    await self._wait_while_paused(partition)
+                elif count and not claimed.envelopes and not partition.succeeded:
+                    # Paused or not: an empty ready list fills only once dispatch (resumed)
+                    # pushes to it, and that ends this wait at once.
                     await self._wait_for_ready(partition, errors)
         finally:
             partition.carries_acknowledgements = False
@@ -225,6 +229,18 @@ class Consumer:
             finally:
                 partition.waiting = None
         return self._slots.withdraw(request)
+
+    async def _wait_while_paused(self, partition: _Partition) -> None:
+        """A paused type's ready list is emptied by the pause; this covers deliveries left in
+        it anyway (pushed by a service that knows no pause), which a wait on the list would
+        return for at once, again and again: ask again after a polling timeout instead."""
+        partition.carries_acknowledgements = False
+        try:
+            succeeded, partition.succeeded = partition.succeeded, []
+            await self._acknowledge_apart(partition, succeeded)
+            await anyio.sleep(self._config.polling_timeout)
+        finally:
+            partition.carries_acknowledgements = True
 
     async def _wait_for_ready(self, partition: _Partition, errors: ErrorBackoff) -> None:
         """Blocks inside Redis until the ready list has envelopes; successes meanwhile are

@@ -47,6 +47,9 @@ class QueueKeys:
     dispatchers block on it (BLPOP), so they wake at once, whichever process enqueued."""
     schedules: str
     """hash: recurring schedule name -> its record (JSON: spec, last tick produced...)."""
+    paused: str
+    """hash: field `paused` (server time of the pause, ms) present while the type is paused;
+    no dispatch or claim takes its events meanwhile."""
 
     @classmethod
     def for_type(cls, prefix: str, event_type: str) -> QueueKeys:
@@ -65,6 +68,7 @@ class QueueKeys:
             sequence=f"{base}:sequence",
             wake=f"{base}:wake",
             schedules=f"{base}:schedules",
+            paused=f"{base}:paused",
         )
 
 

@@ -52,6 +52,8 @@ class Claimed:
     ready_left: int
     """Envelopes still in the ready list after this claim."""
     envelopes: list[bytes | str]
+    paused: bool = False
+    """The type is paused: nothing was taken, whatever the ready list holds."""
 
 
 Requeued = Literal["requeued", "missing", "pending", "unreadable"]
@@ -96,7 +98,7 @@ class QueueStore:
         self, *, batch_size: int, lease_ms: int, max_attempts: int, ready_capacity: int
     ) -> DispatchResult:
         k = self.keys
-        keys = [k.schedule, k.events, k.ready, k.dead_letters, k.dead_letter_times]
+        keys = [k.schedule, k.events, k.ready, k.dead_letters, k.dead_letter_times, k.paused]
         reply = await DISPATCH.run(
             self.client, keys, [batch_size, lease_ms, max_attempts, ready_capacity]
         )
@@ -116,11 +118,13 @@ class QueueStore:
         """Acknowledges the `acknowledge` deliveries, then pops up to `count` current envelopes
         from the ready list (never blocks), in one atomic call."""
         k = self.keys
-        keys = [k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times]
+        keys = [k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused]
         args: list[str | int | bytes] = [count, lease_ms]
         if acknowledge:
             args.append(orjson.dumps(_versions(acknowledge)))
         reply = await CLAIM.run(self.client, keys, args)
+        if int(reply[1]) < 0:  # paused: the third value is the ready list's length
+            return Claimed(int(reply[0]), int(reply[2]), [], paused=True)
         return Claimed(
             server_now_ms=int(reply[0]), ready_left=int(reply[1]), envelopes=list(reply[2:])
         )
@@ -128,12 +132,13 @@ class QueueStore:
     async def wait_for_ready(self, timeout: float) -> None:
         """Blocks inside Redis until the ready list has an envelope or `timeout` passes.
 
-        The wait moves the head of the list to its tail (BLMOVE onto itself) instead of
-        popping it, so a wait that is cancelled or loses its connection takes nothing away:
-        envelopes only leave the list through claim.lua.
+        The wait moves the tail of the list back onto its tail (BLMOVE onto itself, RIGHT to
+        RIGHT) instead of popping it, so a wait that is cancelled or loses its connection
+        takes nothing away (envelopes only leave the list through claim.lua), and the list
+        keeps its due order: LEFT to RIGHT would send the earliest events behind the batch.
         """
         ready = self.keys.ready
-        await self._blocking_wait(timeout, "BLMOVE", ready, ready, "LEFT", "RIGHT")
+        await self._blocking_wait(timeout, "BLMOVE", ready, ready, "RIGHT", "RIGHT")
 
     async def wait_for_wake_signal(self, timeout: float) -> bool:
         """Blocks until an enqueue (from any process) signals a sooner due time, or `timeout`."""

@@ -18,6 +18,7 @@ from .base import ServiceState
 from .browsing import ServiceBrowsing
 from .builder import EventServiceBuilder
 from .dead_letters import ServiceDeadLetters
+from .flow_control import ServiceFlowControl
 from .handlers import ServiceHandlers
 from .producing import ServiceProducing
 from .run_due import ServiceRunDue
@@ -33,6 +34,7 @@ class EventService(
     ServiceBrowsing,
     ServiceRunDue,
     ServiceSchedules,
+    ServiceFlowControl,
 ):
     """Schedules events and delivers them to handlers when due.
 
@@ -42,8 +44,8 @@ class EventService(
     opened it. A closed service cannot be entered again.
 
     This module holds the lifecycle; each group of methods lives in a module of its own
-    (handlers, producing, dead_letters, browsing, run_due, schedules), all sharing the state
-    declared in base.ServiceBase.
+    (handlers, producing, dead_letters, browsing, run_due, schedules, flow_control), all
+    sharing the state declared in base.ServiceBase.
     """
 
     def __init__(self, config: ServiceConfig, client: RedisClient, *, owns_client: bool) -> None:

@@ -33,7 +33,8 @@ from aioqueue._model.event import _WIRE_NAME
 from ._browse import browse_routes
 from ._events import EnqueueRequest, RequestError, enqueue
 from ._schedules import schedule_routes
-from ._types import PayloadMismatch, SchemaChecks, type_routes
+from ._schema_checks import PayloadMismatch, SchemaChecks
+from ._types import type_routes
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
 

@@ -1,7 +1,7 @@
 -- Acknowledges finished events, then takes up to `count` envelopes from a ready list for
 -- handler slots that are free right now.
 -- KEYS[1] ready   KEYS[2] schedule   KEYS[3] events   KEYS[4] dead_letters
--- KEYS[5] dead_letter_times
+-- KEYS[5] dead_letter_times   KEYS[6] paused (optional: while its field `paused` exists, nothing is taken)
 -- ARGV[1] count   ARGV[2] lease ms   ARGV[3] (optional) the deliveries to acknowledge: one
 -- JSON array [id, version, id, version, ...], versions as strings. One argument rather than
 -- two per event, because a client packs every argument of every call in Python.
@@ -13,11 +13,15 @@
 -- since it was pushed is dropped here, so a stale copy never reaches a handler. Each claimed
 -- event's next attempt moves to `lease` ms from now, so it cannot start again while this
 -- handler may still run.
--- Returns {server now ms, envelopes left in the ready list, envelope, envelope, ...}.
+-- Returns {server now ms, envelopes left in the ready list, envelope, envelope, ...}, or
+-- {server now ms, -1, envelopes in the ready list} while the type is paused.
 local now = server_time_ms()
 local lease = tonumber(ARGV[2])
 if ARGV[3] then
   acknowledge_deliveries(KEYS[2], KEYS[3], cjson.decode(ARGV[3]))
+end
+if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
+  return {now, -1, redis.call('LLEN', KEYS[1])}
 end
 local result = {now, 0}
 if tonumber(ARGV[1]) < 1 then

@@ -1,6 +1,6 @@
 -- Moves due events of one type to its ready list, atomically.
 -- KEYS[1] schedule   KEYS[2] events   KEYS[3] ready   KEYS[4] dead_letters
--- KEYS[5] dead_letter_times
+-- KEYS[5] dead_letter_times   KEYS[6] paused (optional: while its field `paused` exists, nothing is taken)
 -- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
 -- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
 -- lost worker only delays the event) and push its delivery (the envelope with its id). An
@@ -41,6 +41,11 @@ local function envelope_problem(envelope, id)
 end
 
 local now = server_time_ms()
+if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
+  -- Paused (pause.lua): no earliest time either, so dispatchers sleep until resume.lua wakes
+  -- them or their scheduling interval passes.
+  return {0, 0, now, -1, 0, redis.call('LLEN', KEYS[3])}
+end
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
 -- The ready list is bounded: when consumers fall behind, events wait in the schedule

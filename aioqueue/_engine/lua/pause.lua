@@ -1,0 +1,33 @@
+-- Pauses one type (one partition of it) for every service: from this call on, dispatch.lua
+-- and claim.lua take none of its events, and the deliveries already waiting in the ready
+-- list go back to the schedule as if never dispatched (their attempt uncounted, due at their
+-- old due time), so a long pause neither spends attempts nor lets leases run out unclaimed.
+-- Handlers already running finish as usual.
+-- KEYS[1] paused   KEYS[2] ready   KEYS[3] schedule   KEYS[4] events
+-- Returns how many waiting deliveries went back to the schedule.
+-- The flag is a hash field (`paused` -> server time of the pause, ms), and the ready list is
+-- emptied by LPOP, so a service's ACL user needs no command beyond what the queue needs.
+redis.call('HSET', KEYS[1], 'paused', server_time_ms())
+local returned = 0
+local waiting = redis.call('LLEN', KEYS[2])
+local copies = {}
+if waiting > 0 then
+  copies = redis.call('LPOP', KEYS[2], waiting)
+end
+for _, raw in ipairs(copies) do
+  local id = delivery_id(raw)
+  local stored = id and redis.call('HGET', KEYS[4], id)
+  -- A stale copy (cancelled, replaced, dispatched again) has nothing to give back.
+  if stored and delivery_of(id, stored) == raw then
+    local envelope = cjson.decode(stored)
+    local due = tonumber(envelope.due_at)
+    if is_time(due) then
+      envelope.attempt = math.max(0, (tonumber(envelope.attempt) or 1) - 1)
+      envelope.due_at = nil
+      redis.call('HSET', KEYS[4], id, cjson.encode(envelope))
+      redis.call('ZADD', KEYS[3], due, id)
+      returned = returned + 1
+    end
+  end
+end
+return returned
