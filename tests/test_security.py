@@ -102,9 +102,9 @@ async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_e
     redis_client: redis.Redis, acl_user: str
 ) -> None:
     """Enqueue, dispatch, handle, fail into the dead letters, requeue, succeed, reschedule,
-    cancel, pause and resume must all work with only the README's ACL rule, with no command denied on the way (the
-    script cache is flushed so the EVAL fallback runs too); and the same user must not read
-    or write any key outside the prefix, nor run any other command."""
+    cancel, pause and resume must all work with only the README's ACL rule, with no command
+    denied on the way (the script cache is flushed so the EVAL fallback runs too); and the
+    same user must not read or write any key outside the prefix, nor run any other command."""
     await redis_client.script_flush()
     keys = QueueKeys.for_type("aioqueue", "PaymentCheck")
     failing = {"p-dead"}
