@@ -137,6 +137,8 @@ async def test_the_cli_and_the_http_api_pause_and_resume(
         assert paused.returncode == 0, paused.stderr
         assert paused.json() == {"type": "PaymentCheck", "paused": True, "returned_to_schedule": 0}
         assert await service.paused() == {"PaymentCheck"}
+        stats = await run_cli("stats", "--json", env=env)
+        assert [t["paused"] for t in stats.json()["types"]] == [True]
         with serve(redis_server.url) as app:
             async with httpx.AsyncClient(base_url=app.base_url) as http:
                 [listed] = (await http.get("/types")).json()["types"]

@@ -17,6 +17,7 @@ partition, then added up over a type's partitions):
   in the ready list. A handler that runs, or a worker that died while running one and whose
   lease (handler timeout + 1 s) has not run out yet.
 - **dead**: dead letters.
+- **paused**: whether the type is paused (`aioqueue pause`): nothing is dispatched or claimed.
 - **oldest overdue**: how long, in seconds, the most overdue event has been waiting for a
   dispatcher or a consumer: server now minus the earliest due time in the schedule (if it has
   passed) or minus the `due_at` of the oldest ready event. 0 when nothing waits.
@@ -30,6 +31,7 @@ from typing import Any
 
 from aioqueue._engine.client import RedisClient, within_reply_timeout
 from aioqueue._engine.keys import QueueKeys, QueueLayout
+from aioqueue._engine.pausing import is_paused
 from aioqueue._engine.registry import known_layouts
 from aioqueue._engine.scripts import LuaScript
 
@@ -53,6 +55,7 @@ class QueueStats:
     dead: int
     oldest_overdue: float
     """Seconds."""
+    paused: bool = False
 
     def to_json(self) -> dict[str, Any]:
         fields = asdict(self)
@@ -128,6 +131,7 @@ async def _read_type(client: RedisClient, layout: QueueLayout) -> tuple[QueueSta
         in_flight=counts.in_flight,
         dead=counts.dead,
         oldest_overdue=counts.oldest_overdue_ms / 1000,
+        paused=await is_paused(client, layout),
     )
     return stats, first_now
 

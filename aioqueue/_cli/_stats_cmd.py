@@ -14,13 +14,16 @@ from ._common import Commands, add_connection_options, connect, print_json, prin
 
 __all__ = ["add_stats_command"]
 
-HEADERS = ("TYPE", "PARTS", "PENDING", "DUE NOW", "READY", "IN FLIGHT", "DEAD", "OLDEST OVERDUE")
+HEADERS = (
+    "TYPE", "PARTS", "PENDING", "DUE NOW", "READY", "IN FLIGHT", "DEAD", "OLDEST OVERDUE",
+    "PAUSED",
+)  # fmt: skip
 
 
 def add_stats_command(commands: Commands) -> None:
     parser = commands.add_parser(
         "stats",
-        help="pending, due now, ready, in flight, dead and oldest overdue per event type",
+        help="pending, due now, ready, in flight, dead, oldest overdue and paused per type",
         description="Queue statistics per event type, counted on the server's clock. "
         "See the README's 'Operating aioqueue' for what each number means.",
     )
@@ -72,6 +75,7 @@ def _print_snapshot(snapshot: StatsSnapshot, prefix: str, *, watching: bool) -> 
             q.in_flight,
             q.dead,
             _seconds(q.oldest_overdue),
+            "yes" if q.paused else "-",
         )
         for q in snapshot.queues
     ]
