@@ -295,3 +295,61 @@ async def test_schedules_table_shows_what_redis_holds_as_text(
     assert row["next_tick"] == info.next_tick.isoformat().replace("T", " ")[:19]
     assert browser.title != "pwned"
     assert not browser.find_elements(By.CSS_SELECTOR, "#schedules img")
+
+
+READ_TYPES = """
+return Array.from(document.querySelectorAll('#types tbody tr[data-type]')).map((row) =>
+  [row.dataset.type, row.querySelector('td[data-field="fields"]').textContent]);
+"""
+READ_DELIVERY = """
+const row = document.querySelector(`#queues tbody tr[data-type="${arguments[0]}"]`);
+return row ? row.querySelector('td[data-field="paused"] button').textContent : null;
+"""
+
+
+def click_pause_toggle(driver: WebDriver, event_type: str) -> None:
+    for _ in range(20):
+        try:
+            selector = f'#queues tr[data-type="{event_type}"] .pause-toggle'
+            driver.find_element(By.CSS_SELECTOR, selector).click()
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"the pause button of {event_type} kept being redrawn")
+
+
+async def test_types_show_published_fields_as_text_and_pause_buttons_pause(
+    service_builder: Builder,
+    redis_client: redis.Redis,
+    dashboard: ServedApp,
+    browser: WebDriver,
+) -> None:
+    """A type's fields come from its published schema, shown as text even when a hostile
+    writer put markup in them; the Pause and Resume buttons pause and resume for real."""
+    async with service_builder().build() as service:
+        await service.enqueue(Invoice(id="i-1", amount=1), timedelta(hours=1))
+    hostile = "<img src=x onerror=\"document.title='pwned'\">"
+    forged = {"type": "object", "properties": {hostile: {"type": "string"}}, "required": []}
+    await redis_client.hset(
+        "aioqueue:schemas",
+        "Forged",
+        orjson.dumps({"schema": forged, "digest": "f" * 16, "published_at": 0}),
+    )
+    await anyio.to_thread.run_sync(browser.get, f"{dashboard.base_url}/?interval=0.3")
+
+    def shown_types() -> dict[str, str]:
+        return dict(browser.execute_script(READ_TYPES))
+
+    await wait_for(lambda: set(shown_types()) == {"Forged", "Invoice"})
+    assert shown_types()["Invoice"] == "id: string, amount: integer"
+    assert shown_types()["Forged"] == f"{hostile}: string (optional)"
+    assert browser.title != "pwned"
+    assert not browser.find_elements(By.CSS_SELECTOR, "#types img")
+
+    assert browser.execute_script(READ_DELIVERY, "Invoice") == "Pause"
+    await anyio.to_thread.run_sync(click_pause_toggle, browser, "Invoice")
+    await wait_for(lambda: browser.execute_script(READ_DELIVERY, "Invoice") == "Resume")
+    assert await redis_client.hexists(queue_key("Invoice", "paused"), "paused")
+    await anyio.to_thread.run_sync(click_pause_toggle, browser, "Invoice")
+    await wait_for(lambda: browser.execute_script(READ_DELIVERY, "Invoice") == "Pause")
+    assert not await redis_client.hexists(queue_key("Invoice", "paused"), "paused")
