@@ -26,13 +26,15 @@ partition, then added up over a type's partitions):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from redis.exceptions import ResponseError
 
 from aioqueue._engine.client import RedisClient, within_reply_timeout
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.pausing import is_paused
-from aioqueue._engine.registry import known_layouts
+from aioqueue._engine.registry import known_layouts, read_registry
 from aioqueue._engine.scripts import LuaScript
 
 __all__ = ["QueueStats", "StatsSnapshot", "read_stats", "resolve_layouts"]
@@ -68,11 +70,15 @@ class StatsSnapshot:
     server_time_ms: int
     """The server clock when the first queue was counted."""
     queues: list[QueueStats]
+    problems: list[str] = field(default_factory=list)
+    """Registry entries and queues that could not be read, each described; the rest are
+    counted all the same."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "server_time_ms": self.server_time_ms,
             "types": [queue.to_json() for queue in self.queues],
+            "problems": self.problems,
         }
 
 
@@ -93,16 +99,28 @@ async def resolve_layouts(
 async def read_stats(
     client: RedisClient, prefix: str, event_types: Sequence[str] = ()
 ) -> StatsSnapshot:
-    """Counts the queues of `event_types` (every registered type when empty)."""
+    """Counts the queues of `event_types` (every registered type when empty). A registry
+    entry or a queue that cannot be read is described in `problems` and the others are
+    counted: one bad record must not blind the operator to every type."""
+    problems: list[str] = []
+    if event_types:
+        layouts = await resolve_layouts(client, prefix, event_types)
+    else:
+        registry = await read_registry(client, prefix)
+        layouts, problems = registry.layouts, list(registry.problems)
     queues = []
     first_now: int | None = None
-    for layout in await resolve_layouts(client, prefix, event_types):
-        stats, now = await _read_type(client, layout)
+    for layout in layouts:
+        try:
+            stats, now = await _read_type(client, layout)
+        except ResponseError as exc:  # a key of the wrong type, written by something else
+            problems.append(f"{layout.event_type} cannot be counted: {exc}")
+            continue
         first_now = now if first_now is None else first_now
         queues.append(stats)
     if first_now is None:
         first_now = await _server_time_ms(client)
-    return StatsSnapshot(server_time_ms=first_now, queues=queues)
+    return StatsSnapshot(server_time_ms=first_now, queues=queues, problems=problems)
 
 
 @dataclass

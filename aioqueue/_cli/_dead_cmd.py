@@ -99,6 +99,10 @@ async def run_list(args: argparse.Namespace) -> int:
         for r in records
     ]
     print_table(("TYPE", "ID", "ATTEMPTS", "DIED AT (UTC)", "ERROR"), rows)
+    for record in records:
+        if record.damage:
+            print(f"warning: dead letter {record.event_type} {record.id!r} is damaged: "
+                  f"{record.damage}", file=sys.stderr)  # fmt: skip
     return 0
 
 

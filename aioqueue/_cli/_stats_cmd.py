@@ -64,6 +64,8 @@ def _print_snapshot(snapshot: StatsSnapshot, prefix: str, *, watching: bool) -> 
         print(f"prefix {prefix!r} at {server_time:%Y-%m-%d %H:%M:%S} UTC (server clock)")
     if not snapshot.queues:
         print(f"no event types registered under prefix {prefix!r}")
+        for problem in snapshot.problems:
+            print(f"warning: {problem}", file=sys.stderr)
         return
     rows = [
         (
@@ -80,6 +82,8 @@ def _print_snapshot(snapshot: StatsSnapshot, prefix: str, *, watching: bool) -> 
         for q in snapshot.queues
     ]
     print_table(HEADERS, rows)
+    for problem in snapshot.problems:
+        print(f"warning: {problem}", file=sys.stderr)
     if watching:
         print(flush=True)
 

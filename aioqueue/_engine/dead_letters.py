@@ -11,7 +11,13 @@ from aioqueue._model.errors import PayloadDecodeError
 from aioqueue._model.event import Event
 from aioqueue._model.serializer import Serializer
 
-from .envelope import DeadLetter, died_at_from_ms, parse_dead_letter_fields, readable_text
+from .envelope import (
+    DeadLetter,
+    died_at_from_ms,
+    parse_dead_letter_fields,
+    readable_text,
+    time_problem,
+)
 from .queues import TypeQueue
 
 __all__ = ["DeadLetterRecord", "newest_dead_letters", "read_dead_letters"]
@@ -31,21 +37,38 @@ class DeadLetterRecord:
     context: dict[str, str]
     raw: str
     """The stored dead letter, as it is in Redis (undecodable bytes as escapes)."""
+    damage: str | None = None
+    """What in the stored record is not as aioqueue writes it (written by hand or by a broken
+    producer); the record is still listed, with what could be read."""
 
     @classmethod
     def parse(cls, event_type: str, raw: bytes | str, died_at_ms: float) -> DeadLetterRecord:
+        """Never fails: one damaged record must not hide the others from a listing."""
         fields = parse_dead_letter_fields(raw)
         payload = fields.get("payload")
         context = fields.get("context")
+        attempt = fields.get("attempt", 0)
+        damage = []
+        if isinstance(attempt, bool) or not isinstance(attempt, int):
+            damage.append(f"attempt {readable_text(str(attempt))[:40]!r} is no count")
+            attempt = 0
+        if time_problem(died_at_ms):
+            damage.append(f"its time in dead_letter_times ({died_at_ms}) is no time")
+        if context is not None and not (
+            isinstance(context, dict) and all(isinstance(v, str) for v in context.values())
+        ):
+            damage.append("context is not an object of strings")
+            context = {}
         return cls(
             event_type=event_type,
             id=str(fields.get("id", "")),
             error=str(fields.get("error", "")),
-            attempts=int(fields.get("attempt") or 0),
+            attempts=attempt,
             died_at=died_at_from_ms(died_at_ms),
             payload=payload if isinstance(payload, str) else None,
-            context=context if isinstance(context, dict) else {},
+            context=context or {},
             raw=readable_text(raw),
+            damage="; ".join(damage) or None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -58,6 +81,7 @@ class DeadLetterRecord:
             "payload": self.payload,
             "context": self.context,
             "raw": self.raw,
+            "damage": self.damage,
         }
 
 

@@ -95,8 +95,22 @@ def parse_dead_letter_fields(raw: bytes | str) -> dict[str, Any]:
         return {"raw": readable_text(raw)}
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def died_at_from_ms(milliseconds: float) -> datetime:
-    return datetime.fromtimestamp(milliseconds / 1000, tz=timezone.utc)
+    """A time stored in ms (a score or a field) as an aware datetime; one that is no time
+    (inf, NaN, out of datetime's range: written by hand) is read as the epoch, so that a
+    listing still shows the record (see time_problem for the note that goes with it)."""
+    try:
+        return datetime.fromtimestamp(milliseconds / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return EPOCH
+
+
+def time_problem(milliseconds: float) -> str | None:
+    """Why `milliseconds` is no time died_at_from_ms can show, or None."""
+    return "no time" if died_at_from_ms(milliseconds) is EPOCH and milliseconds != 0 else None
 
 
 def _load(raw: bytes | str) -> dict[str, Any]:
