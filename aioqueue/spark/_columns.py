@@ -134,6 +134,7 @@ class ScheduleColumns:
         ]
         return PreparedFrame(
             frame=df.select(*columns),
+            payload_types=tuple((name, fields[name].dataType) for name in payload_cols),
             context_names=tuple(self.context_cols),
             context_maps=tuple(
                 isinstance(fields[name].dataType, T.MapType) for name in self.context_cols
@@ -199,6 +200,8 @@ class PreparedFrame:
     """The user's frame as (id, payload JSON, due ms, context values...) rows."""
 
     frame: DataFrame
+    payload_types: tuple[tuple[str, T.DataType], ...]
+    """Each payload column's name and Spark type, for the check against a published schema."""
     context_names: tuple[str, ...]
     context_maps: tuple[bool, ...]
     """Per context column: a map whose entries are merged (True) or one value (False)."""

@@ -16,6 +16,7 @@ from redis.exceptions import NoScriptError
 
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueLayout, partition_of
+from aioqueue._engine.schemas import read_schema
 from aioqueue._engine.scripts import ENQUEUE
 from aioqueue._engine.store import EnqueueItem, QueueStore
 from aioqueue._model.event import Event
@@ -27,6 +28,7 @@ from ._columns import (
     checked_prefix,
 )
 from ._connection import RedisSession, redis_session, resolve_layout
+from ._schema_check import check_payload_columns
 
 __all__ = ["ForeachBatchWriter", "ScheduleResult", "foreach_batch_writer", "schedule_dataframe"]
 
@@ -81,7 +83,9 @@ def schedule_dataframe(
       the type in the prefix's registry yet.
 
     Bad input raises InvalidDataFrameError before anything is written (the frame is checked
-    in one Spark job, then written in another: `cache()` a frame that is costly to compute).
+    in one Spark job, then written in another: `cache()` a frame that is costly to compute),
+    and so does a payload column that does not fit the type's published schema (docs/
+    wire-format.md; a type without one is written unchecked).
     Each Spark partition is written by its task with its own connection, one enqueue script
     call per `batch_size` rows of the same queue partition, pipelined.
 
@@ -167,13 +171,20 @@ class ScheduleJob:
 
     def write(self, df: DataFrame) -> ScheduleResult:
         prepared = self.columns.prepare(df)
-        prepared.check_data()
-        if self.layout is None:
-            with redis_session(self.url) as session:
-                layout = resolve_layout(
+        with redis_session(self.url) as session:
+            # Read for every write: a deploy may publish a new schema between micro-batches.
+            published = session.run(
+                functools.partial(read_schema, prefix=self.prefix, event_type=self.event_type)
+            )
+            if published is not None:
+                check_payload_columns(
+                    self.event_type, published.schema, dict(prepared.payload_types)
+                )
+            prepared.check_data()
+            if self.layout is None:
+                self.layout = resolve_layout(
                     session, self.prefix, self.event_type, self.partitions, record=True
                 )
-            self.layout = layout
         plan = _WritePlan(
             url=self.url,
             layout=self.layout,
