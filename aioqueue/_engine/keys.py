@@ -51,6 +51,10 @@ class QueueKeys:
     """hash: field `paused` (server time of the pause, ms) present while the type is paused;
     no dispatch or claim takes its events meanwhile."""
 
+    def run_record(self, run_id: str) -> str:
+        """hash: event id -> enqueue result, for one Spark run (see enqueue.lua)."""
+        return self.schedule.removesuffix(":schedule") + f":runs:{run_id}"
+
     @classmethod
     def for_type(cls, prefix: str, event_type: str) -> QueueKeys:
         """The keys of an unpartitioned type."""

@@ -76,17 +76,26 @@ class QueueStore:
         self.event_type = event_type
 
     async def enqueue(
-        self, items: Sequence[EnqueueItem], *, replace: bool, max_wait_ms: int | None = None
+        self,
+        items: Sequence[EnqueueItem],
+        *,
+        replace: bool,
+        max_wait_ms: int | None = None,
+        run_id: str | None = None,
     ) -> list[bool]:
         """Schedules `items` in one script call; False for each id that was kept pending.
         With `max_wait_ms` (and `replace`), a replacement never becomes due later than its
-        debounce series' first enqueue plus max_wait (see enqueue.lua)."""
+        debounce series' first enqueue plus max_wait. With `run_id` (a Spark run), an id this
+        run wrote already gets its first result again and is not written twice (see
+        enqueue.lua)."""
         mode = "0" if not replace else "1" if max_wait_ms is None else f"1:{max_wait_ms}"
         args: list[str | int] = [mode, self.event_type]
         for item in items:
             kind = "at" if item.absolute else "delay"
             args += [item.id, item.payload, item.context_json, kind, item.due_ms]
         keys = [self.keys.schedule, self.keys.events, self.keys.sequence, self.keys.wake]
+        if run_id is not None:
+            keys.append(self.keys.run_record(run_id))
         results = await ENQUEUE.run(self.client, keys, args)
         return [int(result) == 1 for result in results]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -89,15 +90,16 @@ def schedule_dataframe(
     Each Spark partition is written by its task with its own connection, one enqueue script
     call per `batch_size` rows of the same queue partition, pipelined.
 
-    Re-running is safe: an id that is already pending is kept (and counted as
-    `already_pending`), so a retried Spark task or a second run creates no duplicates. An
-    event whose handler already finished is no longer pending and would be scheduled again.
-    With `replace=True` every row overwrites its pending event (new payload, context and due
-    time, attempt 0): a retried task or a re-run rewrites the same events again, which resets
-    their attempt counts and, with `delay_col`, moves their due time to now + delay.
-    Duplicate ids inside one frame count as already pending; which row wins is not defined.
-    The counts are those of the successful attempt of each task: rows that a failed attempt
-    had written before it was retried count as already pending.
+    A retried Spark task writes nothing twice: every write of a run records, in the type's
+    hash tag, what it did with each id (kept for a day), and a retried attempt returns those
+    results instead of writing again, so an event its failed attempt wrote and a handler
+    finished meanwhile is not created again, and the counts are those of the first attempt.
+    A second run is a new run: an id still pending is kept (counted as `already_pending`),
+    but one whose handler already finished is scheduled again; filter such rows out, or give
+    each run's events ids of their own (for example with the day in them). With
+    `replace=True` every row overwrites its pending event (new payload, context and due time,
+    attempt 0), once per run. Duplicate ids inside one frame count as already pending; which
+    row wins is not defined.
     """
     job = ScheduleJob(
         event_type=checked_event_type(event_type),
@@ -127,8 +129,9 @@ def foreach_batch_writer(
 ) -> ForeachBatchWriter:
     """A function for `df.writeStream.foreachBatch(...)` that schedules each micro-batch.
 
-    Takes the options of `schedule_dataframe`. A replayed micro-batch (a restart from the
-    checkpoint before the batch was committed) schedules nothing new: its ids are pending.
+    Takes the options of `schedule_dataframe`; each micro-batch is one run, cached while it
+    is checked and written. A replayed micro-batch (a restart from the checkpoint before the
+    batch was committed) keeps the ids still pending, like a second run.
     """
     job = ScheduleJob(
         event_type=checked_event_type(event_type),
@@ -150,7 +153,13 @@ class ForeachBatchWriter:
         self.total = ScheduleResult()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        self.total += self._job.write(batch)
+        # Checking and writing are two Spark jobs over the batch: cached, the micro-batch's
+        # source is read once, not twice.
+        batch.persist()
+        try:
+            self.total += self._job.write(batch)
+        finally:
+            batch.unpersist()
 
     def __repr__(self) -> str:
         return f"<ForeachBatchWriter {self._job.event_type!r} total={self.total}>"
@@ -188,6 +197,7 @@ class ScheduleJob:
         plan = _WritePlan(
             url=self.url,
             layout=self.layout,
+            run_id=uuid.uuid4().hex,
             absolute=self.columns.due_kind == "at",
             replace=self.replace,
             batch_size=self.batch_size,
@@ -224,6 +234,8 @@ class _WritePlan:
 
     url: str
     layout: QueueLayout
+    run_id: str
+    """One per write: a retried task finds what its failed attempt wrote under it."""
     absolute: bool
     replace: bool
     batch_size: int
@@ -327,7 +339,7 @@ class _ChunkWriter:
             # of the keys or the argument format here; the captured call is then pipelined.
             captured = _CapturedCall()
             store = QueueStore(cast(RedisClient, captured), self._keys[partition], self._type)
-            await store.enqueue(chunk, replace=self._plan.replace)
+            await store.enqueue(chunk, replace=self._plan.replace, run_id=self._plan.run_id)
             calls.append(captured)
         return await _run_pipelined(calls, client)
 

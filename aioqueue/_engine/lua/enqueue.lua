@@ -3,6 +3,10 @@
 -- KEYS[3] sequence (string counter for envelope versions)
 -- KEYS[4] wake (list, optional): gets a token when an event is due before every event
 --   already scheduled, so a dispatcher sleeping until the old earliest time wakes up.
+-- KEYS[5] run record (hash, optional; needs KEYS[4]): id -> this call's result, for one
+--   Spark run. An id it already holds was handled by an earlier attempt of the same task:
+--   that result is returned again and nothing is written, so a retried task cannot re-create
+--   an event a handler finished meanwhile. It expires a day after the run's last write.
 -- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it, or '1:<ms>' to
 --   replace it as a debounce bounded by max_wait ms: the series begins at the first enqueue
 --   (or when the pending version's attempt started), and no replacement makes the event due
@@ -41,9 +45,13 @@ if first[2] then
   earliest = tonumber(first[2])
 end
 local sooner = false
+local record = KEYS[5]
 for i = 3, #ARGV, 5 do
   local id = ARGV[i]
-  if not replace and redis.call('HEXISTS', KEYS[2], id) == 1 then
+  local recorded = record and redis.call('HGET', record, id)
+  if recorded then
+    results[#results + 1] = tonumber(recorded)
+  elseif not replace and redis.call('HEXISTS', KEYS[2], id) == 1 then
     results[#results + 1] = 0
   else
     local due = tonumber(ARGV[i + 4])
@@ -62,6 +70,15 @@ for i = 3, #ARGV, 5 do
       earliest = due
     end
   end
+end
+if record then
+  local outcomes = {}
+  for n = 1, #results do
+    outcomes[#outcomes + 1] = ARGV[3 + (n - 1) * 5]
+    outcomes[#outcomes + 1] = results[n]
+  end
+  call_chunked('HSET', record, outcomes)
+  redis.call('EXPIRE', record, 86400)
 end
 if sooner and KEYS[4] then
   wake_dispatchers(KEYS[4])

@@ -1,0 +1,102 @@
+"""schedule_dataframe on a Spark standalone cluster (executors in their own JVMs and Python
+workers), with one task's Python workers killed midway through its rows: the retry writes
+nothing twice, a re-run is idempotent, the reader reads everything back, and with a
+consumer handling events as they come due no event is delivered twice."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+import redis.asyncio as redis
+
+from aioqueue import EventServiceBuilder
+from tests.spark_standalone import SparkStandalone, kill_executor_python_workers
+from tests.support import PaymentCheck, Recorder, queue_key, wait_until
+
+# Starting the cluster and two drivers takes most of it.
+pytestmark = pytest.mark.timeout(240)
+
+Builder = Callable[[], EventServiceBuilder]
+JOB = Path(__file__).resolve().parent / "workers" / "spark_job.py"
+# 4 tasks run one at a time, each writing a quarter of the rows: a kill at an eighth lands
+# inside the first task, however fast it writes.
+ROWS = 40_000
+SEQUENCE = queue_key("PaymentCheck", "sequence")
+
+
+async def run_job(
+    cluster: SparkStandalone, redis_url: str, client: redis.Redis, scenario: str
+) -> tuple[dict[str, object], int]:
+    """Runs the job; once an eighth of the rows are written, kills the executor's Python
+    workers, failing the first task midway. Returns the job's report and how many events
+    were written when the kill was done."""
+    written_at_kill = -1
+
+    async def an_eighth_written() -> bool:
+        return int(await client.get(SEQUENCE) or 0) >= ROWS // 8
+
+    async def kill_midway() -> None:
+        nonlocal written_at_kill
+        await wait_until(an_eighth_written, within=120)
+        await anyio.to_thread.run_sync(kill_executor_python_workers)
+        written_at_kill = int(await client.get(SEQUENCE) or 0)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(kill_midway)
+        result = await anyio.run_process(
+            [sys.executable, str(JOB), cluster.master_url, redis_url, scenario, str(ROWS)],
+            env=cluster.environment,
+            check=False,
+        )
+        group.cancel_scope.cancel()
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    report = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    assert isinstance(report, dict)
+    return report, written_at_kill
+
+
+async def test_a_retried_task_and_a_rerun_write_each_event_once(
+    spark_standalone: SparkStandalone, redis_url: str, redis_client: redis.Redis
+) -> None:
+    report, written_at_kill = await run_job(spark_standalone, redis_url, redis_client, "pending")
+    # The killed attempt had written events: what its retry must not write again.
+    assert ROWS // 8 <= written_at_kill < ROWS // 4
+    expected = [f"p-{n:05d}" for n in range(ROWS)]
+    # The failed attempt's rows count once, as scheduled: the retry found them in the run's
+    # record. The second run finds every id pending.
+    assert report["first"] == [ROWS, 0]
+    assert report["again"] == [0, ROWS]
+    assert report["read"] == expected
+    stored = await redis_client.hkeys(queue_key("PaymentCheck", "events"))
+    assert sorted(key.decode() for key in stored if isinstance(key, bytes)) == expected
+
+
+async def test_a_retried_task_never_redelivers_what_a_handler_finished(
+    spark_standalone: SparkStandalone,
+    redis_url: str,
+    redis_client: redis.Redis,
+    service_builder: Builder,
+) -> None:
+    handler = Recorder()
+    async with service_builder().build() as service:
+        service.add_handler(PaymentCheck, handler, parallelism=32)
+        report, written_at_kill = await run_job(
+            spark_standalone, redis_url, redis_client, "due-now"
+        )
+
+        async def drained() -> bool:
+            return await redis_client.hlen(queue_key("PaymentCheck", "events")) == 0
+
+        await wait_until(drained, within=90)
+        await handler.wait_for(ROWS, within=90)
+    assert report["first"] == [ROWS, 0]
+    assert ROWS // 8 <= written_at_kill < ROWS // 4
+    twice = [event_id for event_id, count in Counter(handler.ids).items() if count > 1]
+    assert twice == []
+    assert sorted(handler.ids) == [f"p-{n:05d}" for n in range(ROWS)]
