@@ -115,8 +115,10 @@ async def test_a_changed_spec_replaces_the_pending_tick_and_the_latest_declarati
     service_builder: Builder, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="aioqueue")
+    # Minute 7 and minute 37 of every hour: the two specs never share a tick, whatever the
+    # time of the run (every 1 h and every 2 h share one every other hour).
     old = service_builder().build()
-    old.add_schedule("report", every=timedelta(hours=1), event=beat)
+    old.add_schedule("report", cron="7 * * * *", event=beat)
     async with old:
 
         async def one_pending() -> bool:
@@ -125,7 +127,7 @@ async def test_a_changed_spec_replaces_the_pending_tick_and_the_latest_declarati
         await wait_until(one_pending)
         [old_tick] = (await old.pending(Beat)).events
         new = service_builder().build()
-        new.add_schedule("report", every=timedelta(hours=2), event=beat)
+        new.add_schedule("report", cron="37 * * * *", event=beat)
         async with new:
 
             async def replaced() -> bool:
@@ -134,13 +136,13 @@ async def test_a_changed_spec_replaces_the_pending_tick_and_the_latest_declarati
 
             await wait_until(replaced)
             [new_tick] = (await new.pending(Beat)).events
-            assert tick_of(new_tick.id) % (2 * HOUR_MS) == 0
+            assert tick_of(new_tick.id) % HOUR_MS == 37 * 60_000
             [info] = await new.schedules()
-            assert info.spec == "every 7200 s"
+            assert info.spec == "37 * * * *"
     warnings = [r.getMessage() for r in caplog.records]
-    assert any("changed from 'every 3600000 UTC' to 'every 7200000 UTC'" in w for w in warnings)
+    assert any("changed from 'cron 7 * * * * UTC' to 'cron 37 * * * * UTC'" in w for w in warnings)
     [info] = await _schedules_after(service_builder)
-    assert info.spec == "every 7200 s"  # the old service did not flip it back
+    assert info.spec == "37 * * * *"  # the old service did not flip it back
 
 
 async def _schedules_after(service_builder: Builder) -> list[ScheduleInfo]:

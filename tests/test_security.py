@@ -33,6 +33,7 @@ from aioqueue._engine.registry import registry_key
 from aioqueue._engine.schemas import schemas_key
 from aioqueue._engine.scripts import script_source
 from aioqueue.testing import CuttingProxy, EmbeddedServer, find_server_binary, free_port
+from tests.ops_support import run_cli
 from tests.support import PaymentCheck, Recorder, wait_until
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -90,7 +91,8 @@ async def acl_user(redis_client: redis.Redis) -> AsyncIterator[str]:
 
 async def denials(admin: redis.Redis) -> list[str]:
     """What ACL LOG recorded as denied for the `aioqueue` user since the reset."""
-    entries: list[dict[str, Any]] = await admin.acl_log()
+    # ACL LOG answers its newest 10 entries unless asked for more.
+    entries: list[dict[str, Any]] = await admin.acl_log(count=128)
     return [
         f"{entry['reason']}: {entry['object']}"
         for entry in entries
@@ -99,13 +101,19 @@ async def denials(admin: redis.Redis) -> list[str]:
 
 
 async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_else(
-    redis_client: redis.Redis, acl_user: str
+    redis_client: redis.Redis, acl_user: str, redis_server: EmbeddedServer
 ) -> None:
     """Enqueue, dispatch, handle, fail into the dead letters, requeue, succeed, reschedule,
     cancel, pause and resume must all work with only the README's ACL rule, with no command
-    denied on the way (the script cache is flushed so the EVAL fallback runs too); and the
-    same user must not read or write any key outside the prefix, nor run any other command."""
+    denied on the way, once an administrator loaded the function library as the README says
+    (`aioqueue functions load`); and the same user must not read or write any key outside
+    the prefix, nor run any other command, nor any Lua of its own (a `while true do end`
+    would freeze every client of the server)."""
+    await raw_command(redis_client, "FUNCTION", "FLUSH")
     await redis_client.script_flush()
+    admin_url = redis_server.url
+    loaded = await run_cli("functions", "load", env={"AIOQUEUE_URL": admin_url})
+    assert loaded.returncode == 0, loaded.stderr
     keys = QueueKeys.for_type("aioqueue", "PaymentCheck")
     failing = {"p-dead"}
     recorder = Recorder(outcome=lambda event: event.id not in failing)
@@ -160,6 +168,11 @@ async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_e
             ("CONFIG", "SET", "appendonly", "no"),
             ("EVAL", "return redis.call('SET', 'bank:balance', '0')", "0"),
             ("EVAL", "return redis.call('HSET', KEYS[1], 'x', 'y')", "1", "bank:{x}:events"),
+            ("EVAL", "while true do end", "0"),
+            ("EVALSHA", "0" * 40, "0"),
+            ("FUNCTION", "LOAD", "#!lua name=evil\nredis.register_function('f', function() end)"),
+            ("FUNCTION", "FLUSH"),
+            ("SCRIPT", "LOAD", "while true do end"),
             ("ACL", "SETUSER", "aioqueue", "+@all"),
         ]
         for command in attempts:
@@ -175,10 +188,37 @@ async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_e
     # ACL LOG merges repeats of one denial, so look for a few distinct ones.
     assert {
         "command: flushall",
-        "key: bank:{x}:events",
+        "command: eval",
+        "command: function|load",
+        "key: bank:{accounts}:events",
         "key: aioqueue:tenant:{PaymentCheck}:events",
         "key: other:types",
     } <= set(await denials(redis_client))
+
+
+async def test_a_user_without_fcall_runs_the_same_scripts_with_evalsha(
+    redis_client: redis.Redis,
+) -> None:
+    """Where FCALL is not allowed (or the server has no functions), the service falls back
+    to EVALSHA/EVAL of the same code, once per client, and delivers as usual."""
+    rule = [arg for arg in documented_acl_rule()[1:] if not arg.startswith(">") and arg != "+fcall"]
+    await raw_command(
+        redis_client, "ACL", "SETUSER", "legacy", f">{PASSWORD}", *rule, "+evalsha", "+eval"
+    )
+    await raw_command(redis_client, "FUNCTION", "FLUSH")
+    kwargs = redis_client.connection_pool.connection_kwargs
+    url = f"redis://legacy:{PASSWORD}@{kwargs['host']}:{kwargs['port']}"
+    recorder = Recorder()
+    try:
+        async with fast_builder().url(url).build() as service:
+            service.add_handler(PaymentCheck, recorder)
+            for n in range(3):
+                assert await service.enqueue(PaymentCheck(id=f"p-{n}", order_id=n), 0)
+            await recorder.wait_for(3)
+    finally:
+        await redis_client.acl_deluser("legacy")
+    assert sorted(recorder.ids) == ["p-0", "p-1", "p-2"]
+    assert await raw_command(redis_client, "FUNCTION", "LIST") == []  # nothing was loaded
 
 
 # -- TLS -------------------------------------------------------------------------------------

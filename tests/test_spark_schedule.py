@@ -12,9 +12,9 @@ from pyspark.sql import SparkSession
 
 from aioqueue import EventServiceBuilder
 from aioqueue._engine.envelope import text
+from aioqueue._engine.functions import LIBRARY
 from aioqueue._engine.keys import QueueLayout
 from aioqueue._engine.registry import registry_key
-from aioqueue._engine.scripts import ENQUEUE
 from aioqueue.spark import InvalidDataFrameError, ScheduleResult, schedule_dataframe
 from tests.spark_fixtures import off_loop
 from tests.support import PaymentCheck, Recorder, queue_key, wait_until
@@ -79,10 +79,10 @@ async def test_a_second_run_schedules_nothing_new_and_keeps_the_events(
         [(f"p-{n}", n, 3600) for n in range(50)], "id string, order_id int, delay_s int"
     ).repartition(3)
     options = {"url": redis_url, "delay_col": "delay_s", "batch_size": 7}
-    # Without the script cached, the tasks fall back to EVAL once and then run it by SHA.
-    await redis_client.script_flush()
+    # Without the function library on the server, the first call of a task loads it.
+    await redis_client.function_flush()
     first = await off_loop(schedule_dataframe, orders, "PaymentCheck", **options)
-    assert await redis_client.script_exists(ENQUEUE.sha) == [True]
+    assert LIBRARY.name in str(await redis_client.function_list())
     stored = await envelopes(redis_client)
     second = await off_loop(schedule_dataframe, orders, "PaymentCheck", **options)
     assert first == ScheduleResult(scheduled=50, already_pending=0)

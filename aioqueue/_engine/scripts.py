@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from .client import RedisClient, ensure_slot_map, within_reply_timeout
+from .functions import LIBRARY
 
 __all__ = ["LuaScript", "script_source"]
 
@@ -25,18 +26,20 @@ def script_source(name: str) -> str:
 
 
 class LuaScript:
-    """A script that runs by SHA and falls back to EVAL when the server doesn't know it.
+    """A script, run as its function of the aioqueue library (FCALL, loaded on first use when
+    missing), else by SHA with a fallback to EVAL when the server doesn't know it.
 
     EVAL (rather than SCRIPT LOAD) is the fallback because it is routed by the script's keys,
     so on a cluster it also teaches the right node the script.
     """
 
-    __slots__ = ("name", "sha", "source")
+    __slots__ = ("function", "name", "sha", "source")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.source = script_source(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self.function = LIBRARY.function(name)
 
     async def run(
         self, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
@@ -49,6 +52,14 @@ class LuaScript:
         self, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
     ) -> Any:
         await ensure_slot_map(client)
+        # Its function first (see functions.py); once that is known not to work for this
+        # client, the script by SHA.
+        if LIBRARY.usable(client):
+            try:
+                return await client.fcall(self.function, len(keys), *keys, *args)
+            except ResponseError as exc:
+                if await LIBRARY.recover(client, exc):
+                    return await client.fcall(self.function, len(keys), *keys, *args)
         try:
             return await client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:

@@ -13,9 +13,10 @@ import anyio
 import orjson
 from pyspark.sql import DataFrame, Row
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError
+from redis.exceptions import ResponseError
 
 from aioqueue._engine.client import RedisClient
+from aioqueue._engine.functions import LIBRARY
 from aioqueue._engine.keys import QueueLayout, partition_of
 from aioqueue._engine.schemas import read_schema
 from aioqueue._engine.scripts import ENQUEUE
@@ -338,6 +339,8 @@ class _ChunkWriter:
             # QueueStore.enqueue builds the script call itself, so there is no second copy
             # of the keys or the argument format here; the captured call is then pipelined.
             captured = _CapturedCall()
+            if not LIBRARY.usable(client):  # the session found FCALL unusable: scripts
+                LIBRARY.disable(cast(RedisClient, captured))
             store = QueueStore(cast(RedisClient, captured), self._keys[partition], self._type)
             await store.enqueue(chunk, replace=self._plan.replace, run_id=self._plan.run_id)
             calls.append(captured)
@@ -345,17 +348,28 @@ class _ChunkWriter:
 
 
 class _CapturedCall:
-    """Stands in for a client and keeps the script call it is asked to make, unsent."""
+    """Stands in for a client and keeps the script call it is asked to make (FCALL of the
+    function, or EVALSHA), unsent."""
 
-    __slots__ = ("args", "keys", "sha")
+    __slots__ = ("__weakref__", "args", "command", "keys", "target")
 
     def __init__(self) -> None:
-        self.sha = ""
+        self.command = ""
+        self.target = ""
+        """The function's name, or the script's SHA."""
         self.keys: list[str] = []
         self.args: list[str | int] = []
 
+    async def fcall(self, function: str, numkeys: int, *keys_and_args: Any) -> list[int]:
+        return self._capture("FCALL", function, numkeys, keys_and_args)
+
     async def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> list[int]:
-        self.sha = sha
+        return self._capture("EVALSHA", sha, numkeys, keys_and_args)
+
+    def _capture(
+        self, command: str, target: str, numkeys: int, keys_and_args: tuple[Any, ...]
+    ) -> list[int]:
+        self.command, self.target = command, target
         self.keys = list(keys_and_args[:numkeys])
         self.args = list(keys_and_args[numkeys:])
         return []
@@ -367,13 +381,14 @@ async def _run_pipelined(calls: list[_CapturedCall], client: RedisClient) -> lis
         return await _run_concurrently(calls, client)
     async with client.pipeline(transaction=False) as pipe:
         for call in calls:
-            pipe.evalsha(call.sha, len(call.keys), *call.keys, *call.args)
+            pipe.execute_command(call.command, call.target, len(call.keys), *call.keys, *call.args)
         replies = await pipe.execute(raise_on_error=False)
     results = []
     for call, reply in zip(calls, replies, strict=True):
-        if isinstance(reply, NoScriptError):
-            # A new, restarted or failed-over server: ENQUEUE.run falls back to EVAL, which
-            # also loads the script for the next pipeline.
+        if isinstance(reply, ResponseError):
+            # A new, restarted or failed-over server without the function library or the
+            # script, a server without functions, a user without FCALL: ENQUEUE.run loads
+            # the library or falls back to EVALSHA/EVAL (and raises any other error again).
             reply = await ENQUEUE.run(client, call.keys, call.args)
         elif isinstance(reply, BaseException):
             raise reply

@@ -1,0 +1,102 @@
+"""The Lua scripts as one Redis Function library (Redis 7+, Valkey), called with FCALL.
+
+Why functions rather than EVAL: a user allowed EVAL can run any Lua, including `while true
+do end`, which puts every client of the server in BUSY, and SCRIPT KILL needs more rights
+than a service should have. With FCALL a service's ACL user runs only the library an
+administrator loaded (`aioqueue functions load`); Redis keeps functions across restarts (RDB
+and AOF) and copies them to replicas, which the script cache does not.
+
+The library and its functions are named after a hash of their source, so services of two
+versions run side by side during a deploy, each calling its own functions. A server without
+functions (Redis 6) or a user without FCALL falls back to EVALSHA/EVAL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import weakref
+from importlib import resources
+
+from redis.exceptions import NoPermissionError, ResponseError
+
+from .client import RedisClient, within_reply_timeout
+from .recovery import logger
+
+__all__ = ["LIBRARY", "FunctionLibrary", "library_source"]
+
+
+def _script_names() -> list[str]:
+    lua = resources.files("aioqueue._engine") / "lua"
+    return sorted(
+        entry.name.removesuffix(".lua")
+        for entry in lua.iterdir()
+        if entry.name.endswith(".lua") and not entry.name.startswith("_")
+    )
+
+
+def library_source(names: list[str], library: str) -> str:
+    """The library: the shared prelude once, then each script's body as a function of
+    (KEYS, ARGV), so that the body runs unchanged."""
+    lua = resources.files("aioqueue._engine") / "lua"
+    parts = [f"#!lua name={library}", (lua / "_prelude.lua").read_text()]
+    for name in names:
+        body = (lua / f"{name}.lua").read_text()
+        parts.append(
+            f"redis.register_function('{library}_{name}', function(KEYS, ARGV)\n{body}\nend)"
+        )
+    return "\n".join(parts) + "\n"
+
+
+class FunctionLibrary:
+    """The library of this version of aioqueue, and whether a client can call it."""
+
+    def __init__(self) -> None:
+        names = _script_names()
+        digest = hashlib.sha1(library_source(names, "aioqueue").encode()).hexdigest()[:12]
+        self.name = f"aioqueue_{digest}"
+        self.source = library_source(names, self.name)
+        # Per client: False once FCALL turned out unusable (no functions, or no right to
+        # call or load them), so every later call goes straight to EVALSHA.
+        self._usable: weakref.WeakKeyDictionary[RedisClient, bool] = weakref.WeakKeyDictionary()
+
+    def function(self, script: str) -> str:
+        return f"{self.name}_{script}"
+
+    def usable(self, client: RedisClient) -> bool:
+        return self._usable.get(client, True)
+
+    def disable(self, client: RedisClient) -> None:
+        """Sends `client`'s calls to EVALSHA/EVAL from now on."""
+        self._usable[client] = False
+
+    async def load(self, client: RedisClient) -> None:
+        """FUNCTION LOAD REPLACE on every primary (idempotent: same name, same code)."""
+        await within_reply_timeout(client.function_load(self.source, replace=True))
+
+    async def recover(self, client: RedisClient, error: ResponseError) -> bool:
+        """After a failed FCALL: loads the library when it is missing (True: call again), or
+        marks FCALL unusable for this client (False: use EVALSHA/EVAL). Re-raises an error
+        that has nothing to do with functions."""
+        message = str(error).lower()
+        if "function not found" in message:
+            try:
+                await self.load(client)
+                return True
+            except NoPermissionError:
+                logger.error(
+                    "the aioqueue function library %s is not loaded and this user may not "
+                    "load it: run `aioqueue functions load` as an administrator (falling "
+                    "back to EVALSHA/EVAL, which the README's ACL rule does not allow)",
+                    self.name,
+                )
+        elif not (
+            isinstance(error, NoPermissionError)
+            or "unknown command" in message
+            or "unknown subcommand" in message
+        ):
+            raise error
+        self.disable(client)
+        return False
+
+
+LIBRARY = FunctionLibrary()
