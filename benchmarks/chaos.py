@@ -20,9 +20,15 @@ an event recorded twice was handed to handlers twice. Every 1000th event is pois
 handler always raises) and must end in the dead letters, which proves that failures are
 settled through the chaos as well.
 
+Half the workers run the handler as a plain function (in worker threads), and every worker
+declares the same recurring schedule (a tick every 0.25 s, misfire="all"), whose ticks are
+logged like events.
+
 At the end: delivered, duplicated, lost (scheduled, never handed to a handler, not dead),
-dead, invented (delivered but never scheduled) and the lateness of first deliveries. The exit
-status is 1 if anything was invented or wrongly dead, or, with AOF on, lost or left pending.
+dead, invented (delivered but never scheduled), the lateness of first deliveries, and the
+schedule's ticks missing between the first and the last delivered one. The exit status is 1
+if anything was invented or wrongly dead, or, with AOF on, lost, left pending or a tick
+missing.
 Every loop is bounded in count and in time; all traffic stays on 127.0.0.1.
 """
 
@@ -64,6 +70,9 @@ BUCKET_MS = 10
 ENQUEUE_CALLS_IN_FLIGHT = 16
 WORKER_READY_TIMEOUT = 30.0
 WORKER_STOP_TIMEOUT = 10.0
+# Every worker declares this schedule; ticks are logged like events, ids prefixed.
+TICK_SECONDS = 0.25
+TICK_PREFIX = "tick-"
 
 
 @dataclass
@@ -71,6 +80,19 @@ class ChaosEvent(Event):
     id: str
     due_ms: int
     poison: bool = False
+
+
+@dataclass
+class ChaosTick(Event):
+    """The event of the recurring schedule every worker declares: one per tick."""
+
+    id: str
+    tick_ms: int
+
+
+def tick_event(tick: datetime) -> ChaosTick:
+    tick_ms = round(tick.timestamp() * 1000)
+    return ChaosTick(id=f"{TICK_PREFIX}{tick_ms}", tick_ms=tick_ms)
 
 
 # -- the worker process ----------------------------------------------------------------------
@@ -81,13 +103,28 @@ async def run_worker(args: argparse.Namespace) -> None:
     log = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     rng = random.Random()
 
-    async def handle(event: ChaosEvent) -> bool:
+    def record(event_id: str, due_ms: int) -> None:
         # One write(2) per line, before returning: see the module docstring.
-        os.write(log, f"{event.id}\t{event.due_ms}\t{time.time() * 1000:.1f}\n".encode())
+        os.write(log, f"{event_id}\t{due_ms}\t{time.time() * 1000:.1f}\n".encode())
+
+    async def handle(event: ChaosEvent) -> bool:
+        record(event.id, event.due_ms)
         if event.poison:
             raise RuntimeError("poisoned event: this handler always fails")
         # A little work, so that kills find handlers running.
         await anyio.sleep(rng.uniform(0, args.handler_ms / 1000))
+        return True
+
+    def handle_in_thread(event: ChaosEvent) -> bool:
+        """The same handler as a plain function: half the workers run it in threads."""
+        record(event.id, event.due_ms)
+        if event.poison:
+            raise RuntimeError("poisoned event: this handler always fails")
+        time.sleep(rng.uniform(0, args.handler_ms / 1000))
+        return True
+
+    async def handle_tick(tick: ChaosTick) -> bool:
+        record(tick.id, tick.tick_ms)
         return True
 
     service = (
@@ -102,9 +139,16 @@ async def run_worker(args: argparse.Namespace) -> None:
         .shutdown_grace(2.0)
         .build()
     )
+    # Every worker declares the schedule: exactly one event per tick, whoever produces it,
+    # and ticks missed while the server was down are all produced (misfire="all").
+    service.add_schedule("chaos-tick", every=TICK_SECONDS, event=tick_event, misfire="all")
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with service:
-            service.add_handler(ChaosEvent, handle, parallelism=args.parallelism)
+            if args.sync_handler:
+                service.add_handler(ChaosEvent, handle_in_thread, parallelism=args.parallelism)
+            else:
+                service.add_handler(ChaosEvent, handle, parallelism=args.parallelism)
+            service.add_handler(ChaosTick, handle_tick, parallelism=4)
             print("ready", flush=True)
             async for _ in signals:
                 break
@@ -162,6 +206,12 @@ class Report:
     elapsed_seconds: float
     drained: bool
     torn_lines: int
+    ticks_delivered: int
+    """Distinct ticks of the recurring schedule handed to a handler."""
+    tick_gaps: int
+    """Ticks between the first and the last delivered one that never reached a handler."""
+    sync_workers: int
+    """Worker slots whose handler is a plain function run in threads."""
 
 
 class WorkerPool:
@@ -198,6 +248,8 @@ class WorkerPool:
                 str(self._args.retry_attempts),
                 "--parallelism",
                 str(self._args.parallelism),
+                # Odd slots run the handler as a plain function, in worker threads.
+                *(["--sync-handler"] if slot % 2 else []),
             ],
             cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,
@@ -449,6 +501,10 @@ async def drive(args: argparse.Namespace) -> Report:
             server.stop()
         calls, torn = read_deliveries(logs)
 
+    ticks = sorted({due_ms for event_id, due_ms, _ in calls if event_id.startswith(TICK_PREFIX)})
+    calls = [call for call in calls if not call[0].startswith(TICK_PREFIX)]
+    tick_ms = round(TICK_SECONDS * 1000)
+    expected_ticks = (ticks[-1] - ticks[0]) // tick_ms + 1 if ticks else 0
     expected = {event.id for event in events}
     healthy_calls = [call for call in calls if call[0] not in poisoned]
     per_id = Counter(event_id for event_id, _, _ in healthy_calls)
@@ -503,6 +559,9 @@ async def drive(args: argparse.Namespace) -> Report:
         elapsed_seconds=round(time.monotonic() - run_started, 1),
         drained=drained,
         torn_lines=torn,
+        ticks_delivered=len(ticks),
+        tick_gaps=expected_ticks - len(ticks),
+        sync_workers=args.workers // 2,
     )
 
 
@@ -532,6 +591,13 @@ def print_report(report: Report) -> None:
     )
     print(f"  duplicated:  {report.duplicated:,} events handed out more than once")
     print(f"  lost:        {report.lost:,}")
+    print(
+        f"  ticks:       {report.ticks_delivered:,} of the recurring schedule, "
+        f"{report.tick_gaps:,} missing between the first and the last"
+    )
+    print(
+        f"  sync:        {report.sync_workers} of {report.workers} workers ran a plain-def handler"
+    )
     print(f"  dead:        {report.dead:,} ({report.dead_unexpected} not poisoned)")
     print(f"  invented:    {report.invented}")
     print(f"  pending:     {report.pending_at_end} at the end (drained: {report.drained})")
@@ -572,6 +638,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         worker.add_argument("--handler-ms", type=float, required=True)
         worker.add_argument("--retry-attempts", type=int, required=True)
         worker.add_argument("--parallelism", type=int, required=True)
+        worker.add_argument("--sync-handler", action="store_true")
         namespace = worker.parse_args(argv[1:])
         namespace.command = "worker"
         return namespace
@@ -621,7 +688,7 @@ def main(argv: Sequence[str]) -> int:
         args.json.write_text(json.dumps(asdict(report), indent=2) + "\n")
     failed = report.invented > 0 or report.dead_unexpected > 0
     if report.aof:
-        failed = failed or report.lost > 0 or not report.drained
+        failed = failed or report.lost > 0 or not report.drained or report.tick_gaps > 0
     return 1 if failed else 0
 
 
