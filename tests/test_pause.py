@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 import anyio
 import httpx
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import EventServiceBuilder
 from aioqueue._engine.client import RedisClient
@@ -25,9 +26,17 @@ Builder = Callable[[], EventServiceBuilder]
 LAYOUT = QueueLayout("aioqueue", "PaymentCheck")
 
 
+async def script_calls(client: RedisClient) -> int:
+    """Script calls run by the server (on a cluster, by all its nodes) so far."""
+    info = await client.info("commandstats")
+    nodes = info.values() if isinstance(client, RedisCluster) else [info]
+    return sum(node.get("cmdstat_fcall", {}).get("calls", 0) for node in nodes)
+
+
 async def test_nothing_is_handled_while_paused_and_all_in_due_order_after(
-    service_builder: Builder,
+    service_builder: Builder, redis_client: RedisClient
 ) -> None:
+    client = redis_client
     handled = Recorder()
     async with service_builder().build() as one, service_builder().build() as other:
         one.add_handler(PaymentCheck, handled)
@@ -47,8 +56,12 @@ async def test_nothing_is_handled_while_paused_and_all_in_due_order_after(
 
         await wait_until(all_due)
         # A negative check needs time: several dispatcher passes (every 0.05 s) and claims.
+        calls_before = await script_calls(client)
         await anyio.sleep(0.3)
         assert handled.deliveries == []
+        # Paused dispatchers sleep their interval and consumers their polling timeout: a few
+        # dozen script calls, not the thousands of a busy loop.
+        assert await script_calls(client) - calls_before < 60
         assert await other.resume(PaymentCheck)
         assert not await other.resume(PaymentCheck)  # not paused any more
         await handled.wait_for(20)

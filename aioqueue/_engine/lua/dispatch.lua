@@ -42,9 +42,10 @@ end
 
 local now = server_time_ms()
 if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
-  -- Paused (pause.lua): no earliest time either, so dispatchers sleep until resume.lua wakes
-  -- them or their scheduling interval passes.
-  return {0, 0, now, -1, 0, redis.call('LLEN', KEYS[3])}
+  -- Paused (pause.lua): no earliest time, and a limit the call did not reach, so dispatchers
+  -- sleep until resume.lua wakes them or their scheduling interval passes (a limit of 0
+  -- would read as a full batch: go on at once).
+  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3])}
 end
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
