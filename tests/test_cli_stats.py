@@ -79,12 +79,12 @@ async def test_each_number_counts_its_own_state(
     assert queues == {
         # No handler: two events are past due, three wait for their time.
         "Reminder": dict(type="Reminder", partitions=1, pending=5, due_now=2, ready=0,
-                         in_flight=0, dead=0, paused=False),
+                         in_flight=0, dead=0, paused=False, rate_limit=None),
         # One handler slot: one event runs, the two others wait in the ready list.
         "Export": dict(type="Export", partitions=1, pending=3, due_now=0, ready=2,
-                       in_flight=1, dead=0, paused=False),
+                       in_flight=1, dead=0, paused=False, rate_limit=None),
         "Doomed": dict(type="Doomed", partitions=1, pending=0, due_now=0, ready=0,
-                       in_flight=0, dead=2, paused=False),
+                       in_flight=0, dead=2, paused=False, rate_limit=None),
     }  # fmt: skip
     assert 5 <= overdue["Reminder"] < 60
     assert 0 < overdue["Export"] < 60  # the ready list's head is overdue too
@@ -140,10 +140,10 @@ async def test_table_watch_and_environment_defaults(
     header, row = table.stdout.splitlines()
     assert header.split() == [
         "TYPE", "PARTS", "PENDING", "DUE", "NOW", "READY", "IN", "FLIGHT", "DEAD", "OLDEST",
-        "OVERDUE", "PAUSED",
+        "OVERDUE", "PAUSED", "RATE", "LIMIT",
     ]  # fmt: skip
     assert row.split()[:7] == ["Reminder", "1", "1", "0", "0", "0", "0"]
-    assert row.split()[-1] == "-"  # not paused
+    assert row.split()[-2:] == ["-", "-"]  # not paused, no rate limit
 
     watched = await run_cli("stats", "--watch", "--count", "2", "--interval", "0.05", env=env)
     assert watched.returncode == 0, watched.stderr

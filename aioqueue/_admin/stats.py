@@ -18,6 +18,7 @@ partition, then added up over a type's partitions):
   lease (handler timeout + 1 s) has not run out yet.
 - **dead**: dead letters.
 - **paused**: whether the type is paused (`aioqueue pause`): nothing is dispatched or claimed.
+- **rate limit**: the handler starts per window recorded for the type, if any.
 - **oldest overdue**: how long, in seconds, the most overdue event has been waiting for a
   dispatcher or a consumer: server now minus the earliest due time in the schedule (if it has
   passed) or minus the `due_at` of the oldest ready event. 0 when nothing waits.
@@ -34,8 +35,10 @@ from redis.exceptions import ResponseError
 from aioqueue._engine.client import RedisClient, within_reply_timeout
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.pausing import is_paused
+from aioqueue._engine.rate_limits import read_rate_limit
 from aioqueue._engine.registry import known_layouts, read_registry
 from aioqueue._engine.scripts import LuaScript
+from aioqueue._model.rate_limit import RateLimit
 
 __all__ = ["QueueStats", "StatsSnapshot", "read_stats", "resolve_layouts"]
 
@@ -58,10 +61,15 @@ class QueueStats:
     oldest_overdue: float
     """Seconds."""
     paused: bool = False
+    rate_limit: RateLimit | None = None
 
     def to_json(self) -> dict[str, Any]:
         fields = asdict(self)
         fields["type"] = fields.pop("event_type")
+        limit = self.rate_limit
+        fields["rate_limit"] = (
+            None if limit is None else {"limit": limit.limit, "per": limit.per_ms / 1000}
+        )
         return fields
 
 
@@ -150,6 +158,7 @@ async def _read_type(client: RedisClient, layout: QueueLayout) -> tuple[QueueSta
         dead=counts.dead,
         oldest_overdue=counts.oldest_overdue_ms / 1000,
         paused=await is_paused(client, layout),
+        rate_limit=await read_rate_limit(client, layout),
     )
     return stats, first_now
 

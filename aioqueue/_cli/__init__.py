@@ -27,7 +27,7 @@ from aioqueue._cli._common import (
 )
 from aioqueue._cli._dead_cmd import add_cancel_command, add_dead_command
 from aioqueue._cli._events_cmd import add_events_command
-from aioqueue._cli._flow_cmd import add_flow_commands
+from aioqueue._cli._flow_cmd import add_flow_commands, add_rate_limit_command
 from aioqueue._cli._functions_cmd import add_functions_command
 from aioqueue._cli._schedules_cmd import add_schedules_command
 from aioqueue._cli._schema_cmd import add_schema_command
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_schedules_command(commands)
     add_schema_command(commands)
     add_flow_commands(commands)
+    add_rate_limit_command(commands)
     add_functions_command(commands)
     add_cancel_command(commands)
     add_worker_command(commands)

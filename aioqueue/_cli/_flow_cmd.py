@@ -1,16 +1,18 @@
-"""`aioqueue pause TYPE` and `aioqueue resume TYPE`: stop and restart delivery of a type for
-every service of the prefix."""
+"""`aioqueue pause TYPE`, `aioqueue resume TYPE` and `aioqueue rate-limit TYPE`: flow control
+of a type, for every service of the prefix."""
 
 from __future__ import annotations
 
 import argparse
 
 from aioqueue._engine.pausing import pause, resume
+from aioqueue._engine.rate_limits import read_rate_limit, set_rate_limit
 from aioqueue._engine.registry import resolve_layout
+from aioqueue._model.rate_limit import RateLimit
 
-from ._common import Commands, add_connection_options, connect, print_json
+from ._common import CommandError, Commands, add_connection_options, connect, print_json
 
-__all__ = ["add_flow_commands"]
+__all__ = ["add_flow_commands", "add_rate_limit_command"]
 
 
 def add_flow_commands(commands: Commands) -> None:
@@ -46,4 +48,35 @@ async def run_resume(args: argparse.Namespace) -> int:
         print_json({"type": args.type, "resumed": was_paused})
     else:
         print(f"resumed {args.type}" if was_paused else f"{args.type} was not paused")
+    return 0
+
+
+def add_rate_limit_command(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "rate-limit", help="show, set or clear a type's rate limit (for every service)"
+    )
+    add_connection_options(parser)
+    parser.add_argument("type", metavar="TYPE")
+    parser.add_argument("limit", metavar="LIMIT", type=int, nargs="?", help="handler starts")
+    parser.add_argument("--per", type=float, default=1.0, help="window in seconds (default 1)")
+    parser.add_argument("--clear", action="store_true", help="remove the limit")
+    parser.add_argument("--json", action="store_true", help="print only JSON")
+    parser.set_defaults(run=run_rate_limit)
+
+
+async def run_rate_limit(args: argparse.Namespace) -> int:
+    if args.limit is not None and not (args.limit >= 1 and 0.001 <= args.per <= 86400):
+        raise CommandError("LIMIT must be at least 1 and --per from 0.001 to 86400 seconds")
+    async with connect(args.url) as client:
+        layout = await resolve_layout(client, args.prefix, args.type, None, record=False)
+        if args.clear:
+            await set_rate_limit(client, layout, None)
+        elif args.limit is not None:
+            await set_rate_limit(client, layout, RateLimit(args.limit, round(args.per * 1000)))
+        current = await read_rate_limit(client, layout)
+    if args.json:
+        shown = None if current is None else {"limit": current.limit, "per": current.per_ms / 1000}
+        print_json({"type": args.type, "rate_limit": shown})
+    else:
+        print(f"{args.type}: {current if current else 'no rate limit'}")
     return 0

@@ -16,7 +16,7 @@ __all__ = ["add_stats_command"]
 
 HEADERS = (
     "TYPE", "PARTS", "PENDING", "DUE NOW", "READY", "IN FLIGHT", "DEAD", "OLDEST OVERDUE",
-    "PAUSED",
+    "PAUSED", "RATE LIMIT",
 )  # fmt: skip
 
 
@@ -78,6 +78,7 @@ def _print_snapshot(snapshot: StatsSnapshot, prefix: str, *, watching: bool) -> 
             q.dead,
             _seconds(q.oldest_overdue),
             "yes" if q.paused else "-",
+            str(q.rate_limit) if q.rate_limit else "-",
         )
         for q in snapshot.queues
     ]

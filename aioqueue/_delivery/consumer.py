@@ -192,8 +192,12 @@ class Consumer:
                     self._on_claimed(claimed.ready_left)
                 for raw in claimed.envelopes:
                     deliveries.put(_Delivery(partition, raw, claimed.server_now_ms))
-                if claimed.paused and claimed.ready_left and not partition.succeeded:
-                    await self._wait_while_paused(partition)
+                if claimed.limited_until_ms is not None and not partition.succeeded:
+                    # The rate window is full: nothing can be handed out before it moves on.
+                    wait = (claimed.limited_until_ms - claimed.server_now_ms + 1) / 1000
+                    await self._wait_apart(partition, max(0.001, wait))
+                elif claimed.paused and claimed.ready_left and not partition.succeeded:
+                    await self._wait_apart(partition, self._config.polling_timeout)
                 elif count and not claimed.envelopes and not partition.succeeded:
                     # Paused or not: an empty ready list fills only once dispatch (resumed)
                     # pushes to it, and that ends this wait at once.
@@ -230,15 +234,16 @@ class Consumer:
                 partition.waiting = None
         return self._slots.withdraw(request)
 
-    async def _wait_while_paused(self, partition: _Partition) -> None:
-        """A paused type's ready list is emptied by the pause; this covers deliveries left in
-        it anyway (pushed by a service that knows no pause), which a wait on the list would
-        return for at once, again and again: ask again after a polling timeout instead."""
+    async def _wait_apart(self, partition: _Partition, seconds: float) -> None:
+        """Waits `seconds` before claiming again, acknowledging successes on their own
+        meanwhile: while the rate limit's window is full, or while a paused type's ready list
+        holds deliveries anyway (pushed by a service that knows no pause), which a wait on
+        the list would return for at once, again and again."""
         partition.carries_acknowledgements = False
         try:
             succeeded, partition.succeeded = partition.succeeded, []
             await self._acknowledge_apart(partition, succeeded)
-            await anyio.sleep(self._config.polling_timeout)
+            await anyio.sleep(seconds)
         finally:
             partition.carries_acknowledgements = True
 

@@ -50,6 +50,10 @@ class QueueKeys:
     paused: str
     """hash: field `paused` (server time of the pause, ms) present while the type is paused;
     no dispatch or claim takes its events meanwhile."""
+    rate: str
+    """hash: `limit` and `per_ms`, the type's rate limit (handler starts per window)."""
+    starts: str
+    """zset: the handler starts of the current rate window; member `id@ms`, score: ms."""
 
     def run_record(self, run_id: str) -> str:
         """hash: event id -> enqueue result, for one Spark run (see enqueue.lua)."""
@@ -73,6 +77,8 @@ class QueueKeys:
             wake=f"{base}:wake",
             schedules=f"{base}:schedules",
             paused=f"{base}:paused",
+            rate=f"{base}:rate",
+            starts=f"{base}:starts",
         )
 
 

@@ -54,6 +54,8 @@ class Claimed:
     envelopes: list[bytes | str]
     paused: bool = False
     """The type is paused: nothing was taken, whatever the ready list holds."""
+    limited_until_ms: int | None = None
+    """The type's rate limit allowed nothing more before this server time (ms)."""
 
 
 Requeued = Literal["requeued", "missing", "pending", "unreadable"]
@@ -107,7 +109,10 @@ class QueueStore:
         self, *, batch_size: int, lease_ms: int, max_attempts: int, ready_capacity: int
     ) -> DispatchResult:
         k = self.keys
-        keys = [k.schedule, k.events, k.ready, k.dead_letters, k.dead_letter_times, k.paused]
+        keys = [
+            k.schedule, k.events, k.ready, k.dead_letters, k.dead_letter_times, k.paused,
+            k.rate, k.starts,
+        ]  # fmt: skip
         reply = await DISPATCH.run(
             self.client, keys, [batch_size, lease_ms, max_attempts, ready_capacity]
         )
@@ -127,13 +132,18 @@ class QueueStore:
         """Acknowledges the `acknowledge` deliveries, then pops up to `count` current envelopes
         from the ready list (never blocks), in one atomic call."""
         k = self.keys
-        keys = [k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused]
+        keys = [
+            k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused,
+            k.rate, k.starts,
+        ]  # fmt: skip
         args: list[str | int | bytes] = [count, lease_ms]
         if acknowledge:
             args.append(orjson.dumps(_versions(acknowledge)))
         reply = await CLAIM.run(self.client, keys, args)
-        if int(reply[1]) < 0:  # paused: the third value is the ready list's length
+        if int(reply[1]) == -1:  # paused: the third value is the ready list's length
             return Claimed(int(reply[0]), int(reply[2]), [], paused=True)
+        if int(reply[1]) == -2:  # the rate limit's window is full until the fourth value
+            return Claimed(int(reply[0]), int(reply[2]), [], limited_until_ms=int(reply[3]))
         return Claimed(
             server_now_ms=int(reply[0]), ready_left=int(reply[1]), envelopes=list(reply[2:])
         )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .instrumentation import Instrumentation
 from .metrics import Metrics
+from .rate_limit import RateLimit
 from .retry import RetryPolicy
 from .serializer import Serializer
 
@@ -44,6 +45,8 @@ class ServiceConfig:
     """Most worker threads the service's sync (plain function) handlers use at once."""
     partitions: Mapping[str, int]
     """Event type wire name -> partition count, for the types that have more than one."""
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+    """Event type wire name -> the rate limit this service records for it, if any."""
 
     @property
     def lease_ms(self) -> int:

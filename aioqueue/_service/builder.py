@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -14,6 +15,7 @@ from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 from aioqueue._model.instrumentation import Instrumentation, NoInstrumentation
 from aioqueue._model.metrics import Metrics, NoMetrics
+from aioqueue._model.rate_limit import RateLimit
 from aioqueue._model.retry import ExponentialBackoff, RetryPolicy
 from aioqueue._model.serializer import JsonSerializer, Serializer
 
@@ -67,6 +69,7 @@ class EventServiceBuilder:
         self._metrics: Metrics = NoMetrics()
         self._instrumentation: Instrumentation = NoInstrumentation()
         self._partitions: dict[str, int] = {}
+        self._rate_limits: dict[str, tuple[int, Duration]] = {}
 
     def client(self, client: RedisClient) -> EventServiceBuilder:
         """Uses a client you own: the service never closes it."""
@@ -166,6 +169,17 @@ class EventServiceBuilder:
         self._partitions[event_type_name(event_class)] = partitions
         return self
 
+    def rate_limit(
+        self, event_class: type[Event], limit: int, *, per: Duration
+    ) -> EventServiceBuilder:
+        """At most `limit` handler calls of the type start in any window of `per`, summed
+        over every service of the prefix (enforced inside the claim script, on the server's
+        clock). The first service to start a handler with a limit records it in Redis; a
+        service configured otherwise logs the difference and follows the recorded one
+        (`aioqueue rate-limit TYPE` changes it). Not for partitioned types."""
+        self._rate_limits[event_type_name(event_class)] = (limit, per)
+        return self
+
     def build(self) -> EventService:
         """Validates every setting and returns the service; raises ConfigurationError."""
         config = ServiceConfig(
@@ -196,6 +210,7 @@ class EventServiceBuilder:
                     for event_type, count in self._partitions.items()
                 }
             ),
+            rate_limits=MappingProxyType(self._checked_rate_limits()),
         )
         if self._client is not None:
             return self._factory(config, self._client, owns_client=False)
@@ -203,6 +218,23 @@ class EventServiceBuilder:
             raise ConfigurationError("set a Redis connection with .client(...) or .url(...)")
         client = _check(service_client_from_url, self._url, "url")
         return self._factory(config, client, owns_client=True)
+
+    def _checked_rate_limits(self) -> dict[str, RateLimit]:
+        checked = {}
+        for event_type, (limit, per) in self._rate_limits.items():
+            name = f"rate limit of {event_type}"
+            if self._partitions.get(event_type, 1) > 1:
+                raise ConfigurationError(
+                    f"{name}: a partitioned type cannot be rate limited (each partition would "
+                    "count its own starts)"
+                )
+            label = f"{name} per"
+            seconds = _check(functools.partial(to_seconds, name=label), per, label)
+            if not 0.001 <= seconds <= 24 * 3600:
+                raise ConfigurationError(f"{name}: per must be 1 ms to 1 day, got {per!r}")
+            count = _int_in_range(f"{name} limit", limit, 1, 1_000_000)
+            checked[event_type] = RateLimit(count, round(seconds * 1000))
+        return checked
 
     def _seconds(self, name: str, low: float, high: float) -> float:
         value = self._durations[name]

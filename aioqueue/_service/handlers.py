@@ -10,6 +10,7 @@ from typing import Any, TypeVar, overload
 
 from aioqueue._delivery.consumer import Consumer
 from aioqueue._delivery.watchdog import handler_code
+from aioqueue._engine.rate_limits import record_rate_limit
 from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
 from aioqueue._engine.store import QueueStore
 from aioqueue._model.errors import HandlerRegistrationError, PartitionCountMismatchError
@@ -122,21 +123,36 @@ class ServiceHandlers(ServiceBase):
             on_claimed=self._ready_list_drained,
             thread_limiter=self._handler_threads,
         )
-        self._start_background(f"consumer of {registration.event_type}", registration.consumer.run)
+        consumer = registration.consumer
+        if registration.event_type in self._config.rate_limits:
+            # The limit must be in Redis before this consumer takes its first event.
+            async def record_then_consume() -> None:
+                await self._record_type(registration)
+                await consumer.run()
+
+            self._start_background(f"consumer of {registration.event_type}", record_then_consume)
+            return
+        self._start_background(f"consumer of {registration.event_type}", consumer.run)
         self._start_background(
             f"recording of {registration.event_type}",
             functools.partial(self._record_type, registration),
         )
 
     async def _record_type(self, registration: Registration) -> None:
-        """Makes sure the registry records the type with this service's partition count, and
-        publishes the type's payload schema; on a partition count mismatch the consumer stops
+        """Makes sure the registry records the type with this service's partition count,
+        publishes the type's payload schema and records its rate limit (if this service has
+        one and none is recorded); on a partition count mismatch the consumer stops
         (it would read keys nobody writes) and the service fails loudly (see
         ServiceBase._supervised)."""
         errors = ErrorBackoff(f"recording {registration.event_type} in the registry")
         while True:
             try:
-                await self._queues.recorded(registration.event_type, registration.event_class)
+                queue = await self._queues.recorded(
+                    registration.event_type, registration.event_class
+                )
+                wanted = self._config.rate_limits.get(registration.event_type)
+                if wanted is not None:
+                    await record_rate_limit(self._client, queue.layout, wanted)
                 return
             except PartitionCountMismatchError:
                 if registration.consumer is not None:

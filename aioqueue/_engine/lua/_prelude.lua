@@ -161,3 +161,26 @@ local function acknowledge_deliveries(schedule, events, delivered)
   call_chunked('ZREM', schedule, finished)
   return call_chunked('HDEL', events, finished)
 end
+
+
+-- A type's rate limit (KEYS rate, starts): nil when none is recorded, else how many more
+-- hand-outs the current window allows (`room`, may be 0 or less) and when the oldest start
+-- in it leaves the window (`next_ms`). Starts older than the window are dropped first, so
+-- `starts` holds at most a window's worth.
+local function rate_room(rate, starts, now)
+  local settings = redis.call('HMGET', rate, 'limit', 'per_ms')
+  local limit, window = tonumber(settings[1]), tonumber(settings[2])
+  if not limit or not window then
+    return nil
+  end
+  redis.call('ZREMRANGEBYSCORE', starts, '-inf', now - window)
+  local room = limit - redis.call('ZCARD', starts)
+  local next_ms = now + window
+  if room < 1 then
+    local oldest = redis.call('ZRANGE', starts, 0, 0, 'WITHSCORES')
+    if oldest[2] then
+      next_ms = tonumber(oldest[2]) + window
+    end
+  end
+  return {room = room, next_ms = next_ms}
+end

@@ -2,6 +2,8 @@
 -- handler slots that are free right now.
 -- KEYS[1] ready   KEYS[2] schedule   KEYS[3] events   KEYS[4] dead_letters
 -- KEYS[5] dead_letter_times   KEYS[6] paused (optional: while its field `paused` exists, nothing is taken)
+-- KEYS[7] rate, KEYS[8] starts (optional): with a rate limit recorded in `rate`, at most
+--   `limit` events are handed out in any `per_ms` window, each hand-out noted in `starts`
 -- ARGV[1] count   ARGV[2] lease ms   ARGV[3] (optional) the deliveries to acknowledge: one
 -- JSON array [id, version, id, version, ...], versions as strings. One argument rather than
 -- two per event, because a client packs every argument of every call in Python.
@@ -14,7 +16,8 @@
 -- event's next attempt moves to `lease` ms from now, so it cannot start again while this
 -- handler may still run.
 -- Returns {server now ms, envelopes left in the ready list, envelope, envelope, ...}, or
--- {server now ms, -1, envelopes in the ready list} while the type is paused.
+-- {server now ms, -1, envelopes in the ready list} while the type is paused, or
+-- {server now ms, -2, envelopes in the ready list, ms when the rate limit lets one more out}.
 local now = server_time_ms()
 local lease = tonumber(ARGV[2])
 if ARGV[3] then
@@ -23,12 +26,20 @@ end
 if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
   return {now, -1, redis.call('LLEN', KEYS[1])}
 end
+local count = tonumber(ARGV[1])
+local rate = KEYS[7] and rate_room(KEYS[7], KEYS[8], now)
+if rate and rate.room < count then
+  count = rate.room
+  if count < 1 then
+    return {now, -2, redis.call('LLEN', KEYS[1]), rate.next_ms}
+  end
+end
 local result = {now, 0}
-if tonumber(ARGV[1]) < 1 then
+if count < 1 then
   result[2] = redis.call('LLEN', KEYS[1])
   return result
 end
-local popped = redis.call('LPOP', KEYS[1], ARGV[1])
+local popped = redis.call('LPOP', KEYS[1], count)
 if not popped then
   return result
 end
@@ -50,15 +61,20 @@ if #ids == 0 then
   return result
 end
 local stored = hmget_all(KEYS[3], ids)
-local leases = {}
+local leases, started = {}, {}
 for i, raw in ipairs(deliveries) do
   if stored[i] and delivery_of(ids[i], stored[i]) == raw then
     leases[#leases + 1] = now + lease
     leases[#leases + 1] = ids[i]
     result[#result + 1] = raw
+    started[#started + 1] = now
+    started[#started + 1] = ids[i] .. '@' .. now
   end
 end
 if #leases > 0 then
   call_chunked('ZADD', KEYS[2], leases, 'XX')
+  if rate then
+    call_chunked('ZADD', KEYS[8], started)
+  end
 end
 return result

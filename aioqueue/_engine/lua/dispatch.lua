@@ -1,6 +1,9 @@
 -- Moves due events of one type to its ready list, atomically.
 -- KEYS[1] schedule   KEYS[2] events   KEYS[3] ready   KEYS[4] dead_letters
 -- KEYS[5] dead_letter_times   KEYS[6] paused (optional: while its field `paused` exists, nothing is taken)
+-- KEYS[7] rate, KEYS[8] starts (optional): with a rate limit, no more events are moved to
+--   the ready list than the current window still lets claims hand out, so events over the
+--   limit wait in the schedule, in due order, spending no attempt and no lease
 -- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
 -- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
 -- lost worker only delays the event) and push its delivery (the envelope with its id). An
@@ -53,6 +56,15 @@ local max_attempts = tonumber(ARGV[3])
 -- (where attempts are not spent) rather than in the list.
 local ready_length = redis.call('LLEN', KEYS[3])
 local limit = math.min(tonumber(ARGV[1]), tonumber(ARGV[4]) - ready_length)
+local rate = KEYS[7] and rate_room(KEYS[7], KEYS[8], now)
+if rate then
+  local room = rate.room - ready_length  -- what waits in the ready list uses room too
+  if room < 1 then
+    -- Back when the window lets one more out; a limit not reached, so no busy loop.
+    return {0, 0, now, rate.next_ms, tonumber(ARGV[1]), ready_length}
+  end
+  limit = math.min(limit, room)
+end
 local dispatched, buried = 0, 0
 local due = {}
 if limit > 0 then

@@ -1,0 +1,111 @@
+"""Rate limits on a real server, standalone and cluster: summed over every service of the
+prefix, no window of `per` holds more than `limit` handler starts, and everything is still
+delivered; the limit recorded in Redis holds for a service configured otherwise."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from aioqueue import ConfigurationError, EventService, EventServiceBuilder
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.keys import QueueLayout
+from aioqueue._engine.rate_limits import read_rate_limit
+from aioqueue._model.rate_limit import RateLimit
+from tests.ops_support import run_cli
+from tests.support import PaymentCheck, Recorder, wait_until
+
+Builder = Callable[[], EventServiceBuilder]
+LAYOUT = QueueLayout("aioqueue", "PaymentCheck")
+LIMIT = 50
+EVENTS = 150
+# Starts are timed here, claims (which the limit counts) on the server a little earlier: a
+# window this much shorter than `per` holds starts whose claims fit in one window of `per`.
+JITTER = 0.02
+
+
+def most_starts_in_a_window(starts: list[float], window: float) -> int:
+    starts = sorted(starts)
+    most, first = 0, 0
+    for last, start in enumerate(starts):
+        while start - starts[first] >= window:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+@pytest.mark.backends("standalone", "cluster")
+async def test_two_services_never_start_more_than_the_limit_in_any_window(
+    service_builder: Builder,
+) -> None:
+    starts: list[float] = []
+    recorder = Recorder()
+
+    async def handle(event: PaymentCheck) -> bool:
+        starts.append(time.time())
+        return await recorder(event)
+
+    def limited() -> EventServiceBuilder:
+        return service_builder().rate_limit(PaymentCheck, LIMIT, per=timedelta(seconds=1))
+
+    async with limited().build() as one, limited().build() as other:
+        one.add_handler(PaymentCheck, handle, parallelism=16)
+        other.add_handler(PaymentCheck, handle, parallelism=16)
+        await one.enqueue_many([PaymentCheck(id=f"p-{n}", order_id=n) for n in range(EVENTS)], 0)
+        await recorder.wait_for(EVENTS, within=EVENTS / LIMIT + 10)
+    assert sorted(recorder.ids) == sorted(f"p-{n}" for n in range(EVENTS))
+    assert most_starts_in_a_window(starts, 1.0 - JITTER) <= LIMIT
+    # The limit was the bottleneck: the first and last start are at least 2 windows apart.
+    assert max(starts) - min(starts) >= (EVENTS / LIMIT - 1) - JITTER
+
+
+async def test_the_recorded_limit_holds_for_a_service_configured_otherwise(
+    service_builder: Builder, caplog: pytest.LogCaptureFixture, redis_client: RedisClient
+) -> None:
+    caplog.set_level(logging.WARNING, logger="aioqueue")
+    first = service_builder().rate_limit(PaymentCheck, 5, per=timedelta(seconds=2)).build()
+    async with first:
+        first.add_handler(PaymentCheck, Recorder())
+
+        async def recorded() -> bool:
+            return await read_rate_limit(redis_client, LAYOUT) is not None
+
+        await wait_until(recorded)
+    second = service_builder().rate_limit(PaymentCheck, 1000, per=1).build()
+    async with second:
+        second.add_handler(PaymentCheck, Recorder())
+
+        async def warned() -> bool:
+            return any("is recorded in Redis" in r.getMessage() for r in caplog.records)
+
+        await wait_until(warned)
+    assert await read_rate_limit(redis_client, LAYOUT) == RateLimit(5, 2000)
+
+
+def test_a_partitioned_type_or_a_bad_limit_is_refused_at_build() -> None:
+    builder = EventService.builder().url("redis://localhost:1")
+    with pytest.raises(ConfigurationError, match="partitioned type cannot be rate limited"):
+        builder.partitions(PaymentCheck, 4).rate_limit(PaymentCheck, 5, per=1).build()
+    builder = EventService.builder().url("redis://localhost:1")
+    with pytest.raises(ConfigurationError, match="limit must be an integer from 1"):
+        builder.rate_limit(PaymentCheck, 0, per=1).build()
+
+
+async def test_the_cli_shows_sets_and_clears_a_limit_and_stats_show_it(
+    redis_url: str, redis_client: RedisClient
+) -> None:
+    env = {"AIOQUEUE_URL": redis_url}
+    assert (await run_cli("rate-limit", "PaymentCheck", env=env)).stdout.strip() == (
+        "PaymentCheck: no rate limit"
+    )
+    set_ = await run_cli("rate-limit", "PaymentCheck", "100", "--per", "2", env=env)
+    assert set_.stdout.strip() == "PaymentCheck: 100/2s"
+    await run_cli("rate-limit", "Other", "7", env=env)
+    stats = await run_cli("stats", "--json", "PaymentCheck", env=env)
+    assert stats.json()["types"][0]["rate_limit"] == {"limit": 100, "per": 2.0}
+    cleared = await run_cli("rate-limit", "PaymentCheck", "--clear", "--json", env=env)
+    assert cleared.json() == {"type": "PaymentCheck", "rate_limit": None}
