@@ -1,7 +1,8 @@
 """Property-based: random sequences of queue operations against a model, on a real server.
 
 Hypothesis generates sequences of enqueue, replace, debounced replace (max_wait), cancel,
-reschedule, dispatch, claim, success, failure, crash, lease extension, browsing and requeue,
+reschedule, pause, resume, rate limits (set, changed, cleared), dispatch, claim, success,
+failure, crash, lease extension, browsing and requeue,
 run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly as the library runs
 them) and, after every step, compares
 everything in Redis with a small model of the queue: no event may be lost (every pending
@@ -31,7 +32,10 @@ from hypothesis import strategies as st
 from aioqueue._engine.browse import inspect_event, pending_page, reschedule
 from aioqueue._engine.envelope import Envelope, text
 from aioqueue._engine.keys import QueueKeys, QueueLayout
-from aioqueue._engine.store import EnqueueItem, QueueStore
+from aioqueue._engine.pausing import pause, resume
+from aioqueue._engine.rate_limits import set_rate_limit
+from aioqueue._engine.store import DispatchResult, EnqueueItem, QueueStore
+from aioqueue._model.rate_limit import RateLimit
 from aioqueue.testing import EmbeddedServer
 
 T = TypeVar("T")
@@ -60,7 +64,7 @@ LEASES = st.sampled_from([HOUR_MS, HOUR_MS, 0])
 OPERATIONS = st.sampled_from(
     ["dispatch"] * 3
     + ["enqueue"] * 3
-    + ["replace", "cancel", "requeue", "reschedule", "debounce"]
+    + ["replace", "cancel", "requeue", "reschedule", "debounce", "pause", "resume", "limit"]
     + ["claim"] * 3
     + ["success"] * 2
     + ["failure"] * 2
@@ -165,6 +169,11 @@ class QueueModel:
         self.held: list[Held] = []
         self.sequence = 0
         self.generations = 0
+        self.paused = False
+        self.rate_limit: int | None = None
+        """Claims allowed per hour (the window never moves during a test), or None."""
+        self.starts = 0
+        """Claims handed out while a limit was recorded: the rate window's content."""
 
     @staticmethod
     async def _connect(url: str) -> redis.Redis:
@@ -209,6 +218,12 @@ class QueueModel:
             self.debounce(step.event_id, step.payload, step.delay_ms, max_wait_ms=step.lease_ms)
         elif operation == "reschedule":
             self.reschedule(step.event_id, step.delay_ms)
+        elif operation == "pause":
+            self.pause()
+        elif operation == "resume":
+            self.resume()
+        elif operation == "limit":
+            self.limit(None if step.count == 4 else 2 * step.count)
         elif operation == "cancel":
             self.cancel(step.event_id)
         elif operation == "requeue":
@@ -255,6 +270,37 @@ class QueueModel:
             assert outcome == "moved"
             event.due_now = delay_ms == 0  # only the score moves: copies stay current
 
+    def pause(self) -> None:
+        """Deliveries waiting in the ready list go back to the schedule, uncounted."""
+        returned = self.run(pause(self.client, LAYOUT))
+        current = [
+            copy
+            for copy in self.ready
+            if copy.event_id in self.pending
+            and self.pending[copy.event_id].generation == copy.generation
+        ]
+        assert returned == len(current)
+        for copy in current:
+            event = self.pending[copy.event_id]
+            event.attempt -= 1
+            event.due_now = True  # back at its own due time, which had passed
+            event.under_way = False
+            event.generation = self._new_generation()
+        self.ready = []
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.run(resume(self.client, LAYOUT)) is self.paused
+        self.paused = False
+
+    def limit(self, per_hour: int | None) -> None:
+        limit = None if per_hour is None else RateLimit(per_hour, HOUR_MS)
+        self.run(set_rate_limit(self.client, LAYOUT, limit))
+        self.rate_limit = per_hour
+
+    def _room(self) -> int | None:
+        return None if self.rate_limit is None else self.rate_limit - self.starts
+
     def cancel(self, event_id: str) -> None:
         removed = self.run(self.store.cancel(event_id))
         assert removed is (event_id in self.pending)
@@ -281,11 +327,18 @@ class QueueModel:
                 ready_capacity=READY_CAPACITY,
             )
         )
+        due = [event_id for event_id, event in self.pending.items() if event.due_now]
+        if self.paused:
+            assert (result.dispatched, result.buried) == (0, 0)
+            return
+        room = self._room()
+        if room is not None and room - len(self.ready) < len(due):
+            self._dispatch_some(result, due, max(0, room - len(self.ready)), lease_ms)
+            return
         pushed: list[str] = []
         buried = 0
-        for event_id, event in list(self.pending.items()):
-            if not event.due_now:
-                continue
+        for event_id in due:
+            event = self.pending[event_id]
             if event.attempt >= MAX_ATTEMPTS:
                 error = event.error or (
                     f"attempt {event.attempt} did not finish within the handler timeout"
@@ -305,8 +358,46 @@ class QueueModel:
         assert sorted(tail) == sorted(pushed)
         self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
 
+    def _dispatch_some(
+        self, result: DispatchResult, due: list[str], taken: int, lease_ms: int
+    ) -> None:
+        """A rate limit let dispatch take only `taken` of the due events: the earliest by
+        score, whose millisecond ties the model does not know, so the server's state says
+        which went to the ready list and which to the dead letters."""
+        assert result.dispatched + result.buried == taken
+        stored = cast("dict[bytes, bytes]", self.run(self.client.hgetall(KEYS.events)))
+        pushed = []
+        for event_id in due:
+            event = self.pending[event_id]
+            raw = stored.get(event_id.encode())
+            if raw is None:
+                assert event.attempt >= MAX_ATTEMPTS, f"{event_id} vanished"
+                self._bury(event_id, event.error or (
+                    f"attempt {event.attempt} did not finish within the handler timeout"
+                ))  # fmt: skip
+            elif _fields(raw)["attempt"] == event.attempt + 1:
+                event.attempt += 1
+                event.due_now = lease_ms == 0
+                event.under_way = True
+                event.generation = self._new_generation()
+                pushed.append(event_id)
+        assert len(pushed) == result.dispatched
+        tail = self.ready_ids()[len(self.ready) :]
+        assert sorted(tail) == sorted(pushed)
+        self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
+
     def claim(self, count: int, lease_ms: int) -> None:
         claimed = self.run(self.store.claim(count, lease_ms=lease_ms))
+        if self.paused:
+            assert (claimed.paused, claimed.envelopes) == (True, [])
+            return
+        room = self._room()
+        if room is not None and room < count:
+            count = room
+            if count < 1:
+                assert claimed.limited_until_ms is not None
+                assert claimed.envelopes == []
+                return
         popped, self.ready = self.ready[:count], self.ready[count:]
         current = [
             copy
@@ -322,6 +413,8 @@ class QueueModel:
             assert envelope.payload == event.payload
             event.due_now = lease_ms == 0
             self.held.append(Held(envelope))
+        if self.rate_limit is not None:
+            self.starts += len(envelopes)
 
     def browse(self, page_size: int) -> None:
         """Paging through the schedule lists every pending event once, with its attempt, and
@@ -461,6 +554,9 @@ class QueueModel:
             KEYS.dead_letter_times,
             KEYS.sequence,
             KEYS.wake,
+            KEYS.paused,
+            KEYS.rate,
+            KEYS.starts,
         }
         assert state.sequence == self.sequence
 
