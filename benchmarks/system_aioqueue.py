@@ -43,6 +43,10 @@ from aioqueue._engine.store import QueueStore
 ENQUEUE_MANY = "enqueue_many"
 # The drain with a plain `def` handler, which the service runs in worker threads.
 SYNC_HANDLER = "sync_handler"
+# The drain of a rate-limited type, the limit far above the drain rate: what enforcing it
+# (reading it and keeping its window inside every claim and dispatch) costs.
+RATE_LIMITED = "rate_limited"
+FAR_ABOVE_THE_DRAIN = 1_000_000
 # Events per enqueue_many call in the enqueue_many variant.
 MANY_BATCH = 100
 DUE_KEY = "bench_due"
@@ -103,6 +107,7 @@ class AioqueueSystem:
         return [
             *([ENQUEUE_MANY] if hasattr(EventService, ENQUEUE_MANY) else []),
             *([SYNC_HANDLER] if hasattr(EventServiceBuilder, "handler_threads") else []),
+            *([RATE_LIMITED] if hasattr(EventServiceBuilder, "rate_limit") else []),
         ]
 
     def producer(
@@ -134,7 +139,10 @@ class AioqueueSystem:
             return True
 
         # Defaults everywhere but parallelism, which matches the peers' default concurrency.
-        service = EventService.builder().url(url).metrics(RecorderMetrics(recorder)).build()
+        builder = EventService.builder().url(url).metrics(RecorderMetrics(recorder))
+        if variant == RATE_LIMITED:
+            builder = builder.rate_limit(BenchEvent, FAR_ABOVE_THE_DRAIN, per=1)
+        service = builder.build()
         async with service:
             if variant == SYNC_HANDLER:
                 service.add_handler(BenchEvent, handle_in_thread, parallelism=CONCURRENCY)
