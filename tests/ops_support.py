@@ -121,3 +121,15 @@ async def stored_envelope(client: redis.Redis, event_type: str, event_id: str) -
     assert raw is not None, f"{event_type} {event_id!r} is not pending"
     envelope: dict[str, Any] = orjson.loads(raw)
     return envelope
+
+
+def api_client(
+    base_url: str, headers: Mapping[str, str] | None = None, **options: Any
+) -> httpx.AsyncClient:
+    """An HTTP client for the API as a program uses it: writes go as JSON (the API refuses
+    other writes), whether or not a request has a body."""
+    return httpx.AsyncClient(
+        base_url=base_url,
+        headers={"Content-Type": "application/json", **(headers or {})},
+        **options,
+    )

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-import httpx
 import orjson
 import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder
 from aioqueue.testing import EmbeddedServer
-from tests.ops_support import ServedApp, run_cli, serve
+from tests.ops_support import ServedApp, api_client, run_cli, serve
 from tests.support import PaymentCheck, queue_key
 
 Builder = Callable[[], EventServiceBuilder]
@@ -70,7 +69,7 @@ async def test_the_http_api_answers_200_naming_bad_records(
     service_builder: Builder, redis_client: redis.Redis, app: ServedApp
 ) -> None:
     await write_bad_records(service_builder, redis_client)
-    async with httpx.AsyncClient(base_url=app.base_url) as http:
+    async with api_client(app.base_url) as http:
         stats = await http.get("/stats")
         assert stats.status_code == 200, stats.text
         assert {t["type"] for t in stats.json()["types"]} == {"PaymentCheck", "Good"}

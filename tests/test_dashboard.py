@@ -144,16 +144,19 @@ def shown_dead_letters(driver: WebDriver) -> dict[str, str]:
     return dict(driver.execute_script(READ_DEAD_LETTERS))
 
 
-def click_requeue(driver: WebDriver, event_id: str) -> None:
-    """A real click on the row's button, found again if a redraw replaced it meanwhile."""
+def click(driver: WebDriver, selector: str) -> None:
+    """A real click on a table's button, found again if a redraw replaced it meanwhile."""
     for _ in range(20):
         try:
-            selector = f'#dead-letters tr[data-id="{event_id}"] .requeue'
             driver.find_element(By.CSS_SELECTOR, selector).click()
             return
         except StaleElementReferenceException:
             continue
-    raise AssertionError(f"the requeue button of {event_id} kept being redrawn")
+    raise AssertionError(f"the button {selector} kept being redrawn")
+
+
+def click_requeue(driver: WebDriver, event_id: str) -> None:
+    click(driver, f'#dead-letters tr[data-id="{event_id}"] .requeue')
 
 
 async def redis_queues(client: redis.Redis) -> dict[str, dict[str, int]]:
@@ -308,14 +311,7 @@ return row ? row.querySelector('td[data-field="paused"] button').textContent : n
 
 
 def click_pause_toggle(driver: WebDriver, event_type: str) -> None:
-    for _ in range(20):
-        try:
-            selector = f'#queues tr[data-type="{event_type}"] .pause-toggle'
-            driver.find_element(By.CSS_SELECTOR, selector).click()
-            return
-        except StaleElementReferenceException:
-            continue
-    raise AssertionError(f"the pause button of {event_type} kept being redrawn")
+    click(driver, f'#queues tr[data-type="{event_type}"] .pause-toggle')
 
 
 async def test_types_show_published_fields_as_text_and_pause_buttons_pause(

@@ -11,13 +11,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import anyio
-import httpx
 import redis.asyncio as redis
 
 from aioqueue import Event, EventServiceBuilder
 from aioqueue._admin.stats import read_stats
 from aioqueue.testing import free_port
-from tests.ops_support import ROOT, wait_for_http
+from tests.ops_support import ROOT, api_client, wait_for_http
 from tests.support import wait_until
 
 EXAMPLES = ROOT / "examples"
@@ -47,7 +46,7 @@ async def test_fastapi_app_schedules_from_its_endpoint(
     base = f"http://127.0.0.1:{port}"
     try:
         await anyio.to_thread.run_sync(wait_for_http, f"{base}/reminders/sent", app)
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with api_client(base) as http:
             scheduled = await http.post("/orders/o-1/reminder", params={"delay": 0.2})
             assert scheduled.status_code == 202
             assert scheduled.json() == {"order_id": "o-1", "scheduled": True}

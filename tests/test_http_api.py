@@ -16,7 +16,7 @@ import redis.asyncio as redis
 from aioqueue import Event, EventServiceBuilder, event_context
 from aioqueue._admin.stats import read_stats
 from aioqueue.testing import EmbeddedServer
-from tests.ops_support import ServedApp, serve, stored_envelope
+from tests.ops_support import ServedApp, api_client, serve, stored_envelope
 from tests.support import queue_key, wait_until
 
 TOKEN = "s3cret-token"
@@ -41,7 +41,7 @@ def app(redis_server: EmbeddedServer) -> Iterator[ServedApp]:
 @pytest.fixture
 async def http(app: ServedApp, redis_client: redis.Redis) -> AsyncIterator[httpx.AsyncClient]:
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(base_url=app.base_url, headers=headers) as client:
+    async with api_client(app.base_url, headers=headers) as client:
         yield client
 
 
@@ -175,7 +175,7 @@ async def test_bad_json_and_too_large_bodies(http: httpx.AsyncClient) -> None:
 async def test_token_is_required_for_the_api_only(
     app: ServedApp, redis_client: redis.Redis
 ) -> None:
-    async with httpx.AsyncClient(base_url=app.base_url) as anonymous:
+    async with api_client(app.base_url) as anonymous:
         missing = await anonymous.get("/stats")
         assert missing.status_code == 401
         assert missing.headers["www-authenticate"].startswith("Bearer")

@@ -10,7 +10,7 @@ import pytest
 
 from aioqueue import EventServiceBuilder
 from aioqueue.testing import EmbeddedServer
-from tests.ops_support import ServedApp, serve
+from tests.ops_support import ServedApp, api_client, serve
 from tests.support import PaymentCheck, Recorder, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
@@ -24,7 +24,7 @@ def app(redis_server: EmbeddedServer) -> Iterator[ServedApp]:
 
 @pytest.fixture
 async def http(app: ServedApp, redis_backend: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=app.base_url) as client:
+    async with api_client(app.base_url) as client:
         yield client
 
 

@@ -18,7 +18,7 @@ import redis.asyncio as redis
 from aioqueue import Event, EventServiceBuilder
 from aioqueue.http import create_app
 from aioqueue.testing import EmbeddedServer, free_port
-from tests.ops_support import ServedApp, run_cli, serve
+from tests.ops_support import ServedApp, api_client, run_cli, serve
 from tests.support import queue_key, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
@@ -38,7 +38,7 @@ def app(redis_server: EmbeddedServer) -> Iterator[ServedApp]:
 
 @pytest.fixture
 async def http(app: ServedApp, redis_client: redis.Redis) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=app.base_url) as client:
+    async with api_client(app.base_url) as client:
         yield client
 
 
@@ -233,7 +233,7 @@ async def test_every_route_answers_json_503_while_redis_is_down_and_recovers(
 ) -> None:
     server = server_factory()
     with serve(server.url) as served:
-        async with httpx.AsyncClient(base_url=served.base_url, timeout=30) as client:
+        async with api_client(served.base_url, timeout=30) as client:
             assert {path: status for path, (status, _, _) in (await answers(client)).items()} == {
                 "/healthz": 200,
                 "/stats": 200,
@@ -252,5 +252,5 @@ async def test_every_route_answers_json_503_while_redis_is_down_and_recovers(
     # The page itself needs no Redis.
     port = free_port()
     with serve(f"redis://127.0.0.1:{port}", ready_path="/") as served:
-        async with httpx.AsyncClient(base_url=served.base_url, timeout=30) as client:
+        async with api_client(served.base_url, timeout=30) as client:
             assert {status for status, _, _ in (await answers(client)).values()} == {503}

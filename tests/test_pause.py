@@ -8,7 +8,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import anyio
-import httpx
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
@@ -17,7 +16,7 @@ from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueLayout
 from aioqueue._engine.store import QueueStore
 from aioqueue.testing import EmbeddedServer
-from tests.ops_support import run_cli, serve
+from tests.ops_support import api_client, run_cli, serve
 from tests.support import PaymentCheck, Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -153,7 +152,7 @@ async def test_the_cli_and_the_http_api_pause_and_resume(
         stats = await run_cli("stats", "--json", env=env)
         assert [t["paused"] for t in stats.json()["types"]] == [True]
         with serve(redis_server.url) as app:
-            async with httpx.AsyncClient(base_url=app.base_url) as http:
+            async with api_client(app.base_url) as http:
                 [listed] = (await http.get("/types")).json()["types"]
                 assert (listed["type"], listed["paused"]) == ("PaymentCheck", True)
                 resumed = await http.post("/types/PaymentCheck/resume")

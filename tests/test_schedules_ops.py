@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-import httpx
 import pytest
 
 from aioqueue import EventServiceBuilder
 from aioqueue.testing import EmbeddedServer
-from tests.ops_support import ServedApp, run_cli, serve
+from tests.ops_support import ServedApp, api_client, run_cli, serve
 from tests.support import wait_until
 from tests.workers.schedule_worker import Beat, beat
 
@@ -64,7 +63,7 @@ async def test_http_lists_and_removes_schedules(
     app: ServedApp, service_builder: Builder, redis_backend: str
 ) -> None:
     await declare_two(service_builder)
-    async with httpx.AsyncClient(base_url=app.base_url) as http:
+    async with api_client(app.base_url) as http:
         listing = await http.get("/schedules")
         assert listing.status_code == 200, listing.text
         assert [s["name"] for s in listing.json()["schedules"]] == ["nightly", "pulse"]

@@ -19,7 +19,7 @@ import redis.asyncio as redis
 from aioqueue import Event, EventServiceBuilder, JsonSerializer
 from aioqueue._engine.schemas import schemas_key
 from aioqueue.testing import EmbeddedServer
-from tests.ops_support import ServedApp, run_cli, serve
+from tests.ops_support import ServedApp, api_client, run_cli, serve
 from tests.support import Recorder, queue_key, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
@@ -142,7 +142,7 @@ def app(redis_server: EmbeddedServer) -> Iterator[ServedApp]:
 
 @pytest.fixture
 async def http(app: ServedApp, redis_client: redis.Redis) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=app.base_url) as client:
+    async with api_client(app.base_url) as client:
         yield client
 
 

@@ -30,6 +30,19 @@ def add_serve_command(commands: Commands) -> None:
         "--max-body", type=int, default=1024 * 1024, help="largest request body, bytes (1 MiB)"
     )
     parser.add_argument("--log-level", default="info", help="uvicorn's log level (default info)")
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another Host name requests may use (the machine's DNS name, a proxy's); "
+        "repeatable. Others are refused, against DNS rebinding",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve a non-loopback address without a token (anyone who reaches it may write)",
+    )
     parser.set_defaults(run=run_serve)
 
 
@@ -39,6 +52,7 @@ async def run_serve(args: argparse.Namespace) -> int:
 
         from aioqueue.http import create_app
         from aioqueue.http._app import validate_token
+        from aioqueue.http._guard import hosts_for_bind, is_loopback
     except ImportError as exc:
         raise CommandError(f"{exc}; serve needs: pip install 'aioqueue[http]'") from exc
     if args.token is not None:
@@ -48,8 +62,18 @@ async def run_serve(args: argparse.Namespace) -> int:
             # Refused at start: an empty AIOQUEUE_TOKEN is easy to set by accident, and
             # serving without authentication is not what whoever set it wanted.
             raise CommandError(f"--token or AIOQUEUE_TOKEN: {exc}") from exc
+    if args.token is None and not is_loopback(args.host) and not args.insecure:
+        raise CommandError(
+            f"refusing to serve {args.host} without a token: anyone who reaches it could "
+            "schedule, cancel and requeue events; give --token (or AIOQUEUE_TOKEN), bind "
+            "127.0.0.1, or say --insecure"
+        )
     app = create_app(
-        url=args.url, prefix=args.prefix, token=args.token, max_body_bytes=args.max_body
+        url=args.url,
+        prefix=args.prefix,
+        token=args.token,
+        max_body_bytes=args.max_body,
+        allowed_hosts=hosts_for_bind(args.host, args.port, args.allow_host),
     )
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level.lower(), lifespan="on"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -32,6 +32,7 @@ from aioqueue._model.event import _WIRE_NAME
 
 from ._browse import browse_routes
 from ._events import EnqueueRequest, RequestError, enqueue
+from ._guard import RequestGuard
 from ._schedules import schedule_routes
 from ._schema_checks import PayloadMismatch, SchemaChecks
 from ._types import type_routes
@@ -52,14 +53,20 @@ def create_app(
     prefix: str = "aioqueue",
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> Starlette:
     """The app for one prefix on one server: give `url` (the app connects and closes the
     client) or `client` (yours, never closed). With `token`, every API call needs
-    `Authorization: Bearer <token>`; the dashboard page asks for it."""
+    `Authorization: Bearer <token>`; the dashboard page asks for it. Writes need JSON, a
+    foreign `Origin` is refused, and with `allowed_hosts` so is any other `Host` header (see
+    _guard.py); `aioqueue serve` passes the names it was started for."""
     if (url is None) == (client is None):
         raise ValueError("give exactly one of url and client")
     validate_prefix(prefix)
-    state = _State(prefix, None if token is None else validate_token(token), max_body_bytes)
+    guard = RequestGuard(
+        None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
+    )
+    state = _State(prefix, None if token is None else validate_token(token), max_body_bytes, guard)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -72,7 +79,7 @@ def create_app(
 
     api = state.api
     routes = [
-        Route("/", dashboard),
+        Route("/", state.guarded(dashboard)),
         Route("/healthz", state.healthz),
         Route("/stats", api(state.stats)),
         Route("/events", api(state.post_event), methods=["POST"]),
@@ -171,10 +178,13 @@ ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] =
 
 
 class _State:
-    def __init__(self, prefix: str, token: str | None, max_body_bytes: int) -> None:
+    def __init__(
+        self, prefix: str, token: str | None, max_body_bytes: int, guard: RequestGuard
+    ) -> None:
         self.prefix = prefix
         self.token = token
         self.max_body_bytes = max_body_bytes
+        self.guard = guard
         self.schema_checks = SchemaChecks()
         self.client: RedisClient
 
@@ -184,6 +194,9 @@ class _State:
         would read another type's keys)."""
 
         async def checked(request: Request) -> Response:
+            refusal = self.guard.refusal(request)
+            if refusal is not None:
+                return _error(*refusal)
             if self.token is not None and not self._authorized(request):
                 return _error(
                     401,
@@ -199,6 +212,15 @@ class _State:
                         "1-128 letters, digits, '_', '.' or '-'",
                     )
             return await endpoint(request)
+
+        return checked
+
+    def guarded(self, endpoint: Endpoint) -> Endpoint:
+        """The request guard alone, for the dashboard page (which asks for the token)."""
+
+        async def checked(request: Request) -> Response:
+            refusal = self.guard.refusal(request)
+            return _error(*refusal) if refusal is not None else await endpoint(request)
 
         return checked
 

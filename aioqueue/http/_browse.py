@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
-from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -13,23 +11,15 @@ from starlette.routing import Route
 from aioqueue._admin.actions import cancel_event
 from aioqueue._admin.stats import resolve_layouts
 from aioqueue._engine.browse import MAX_PAGE, inspect_event, pending_page, run_now
-from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueLayout
 from aioqueue._model.errors import InvalidCursorError
 
+from ._routing import Connected, Wrap
+
 __all__ = ["browse_routes"]
 
-Endpoint = Callable[[Request], Awaitable[Response]]
 
-
-class _Connected(Protocol):
-    """What the routes need of the app's state."""
-
-    client: RedisClient
-    prefix: str
-
-
-def browse_routes(state: _Connected, api: Callable[[Endpoint], Endpoint]) -> list[Route]:
+def browse_routes(state: Connected, api: Wrap) -> list[Route]:
     """`GET /events/{type}`, `GET|DELETE /events/{type}/{id}`, `POST .../run-now`; each
     wrapped by `api` (the token check). Ids may contain '/' (the run-now route comes first)."""
     routes = _BrowseRoutes(state)
@@ -50,7 +40,7 @@ class _ParameterError(ValueError):
 
 
 class _BrowseRoutes:
-    def __init__(self, state: _Connected) -> None:
+    def __init__(self, state: Connected) -> None:
         self._state = state
 
     async def _layout(self, request: Request) -> QueueLayout:

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Protocol
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from aioqueue._engine.client import RedisClient
 from aioqueue._recurring.records import list_schedules, remove_by_name
+
+from ._routing import Connected, Wrap
 
 __all__ = ["schedule_routes"]
 
-Endpoint = Callable[[Request], Awaitable[Response]]
 
-
-class _Connected(Protocol):
-    client: RedisClient
-    prefix: str
-
-
-def schedule_routes(state: _Connected, api: Callable[[Endpoint], Endpoint]) -> list[Route]:
+def schedule_routes(state: Connected, api: Wrap) -> list[Route]:
     """`GET /schedules` and `DELETE /schedules/{name}`, each wrapped by `api`."""
 
     async def listing(request: Request) -> Response:

@@ -3,29 +3,22 @@ schema), `POST /types/{type}/pause` and `/resume`."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from aioqueue._engine.client import RedisClient
 from aioqueue._engine.pausing import is_paused, pause, resume
 from aioqueue._engine.registry import read_registry, resolve_layout
 from aioqueue._engine.schemas import PublishedSchema, read_schema, read_schemas, schema_fields
 
+from ._routing import Connected, Wrap
+
 __all__ = ["type_routes"]
 
-Endpoint = Callable[[Request], Awaitable[Response]]
 
-
-class _Connected(Protocol):
-    client: RedisClient
-    prefix: str
-
-
-def type_routes(state: _Connected, api: Callable[[Endpoint], Endpoint]) -> list[Route]:
+def type_routes(state: Connected, api: Wrap) -> list[Route]:
     """`GET /types` (every type: partitions, paused, published schema, fields), `GET
     /types/{type}`, `POST /types/{type}/pause` and `/resume`, each wrapped by `api`."""
 
