@@ -221,7 +221,10 @@ def script_times(client: redis.Redis) -> JsonDict:
     durations: dict[str, list[int]] = {}
     for entry in client.slowlog_get(SLOWLOG_LENGTH):
         command = entry["command"].split(b" ", 2)
-        if command[0].upper() == b"EVALSHA":
+        if command[0].upper() == b"FCALL":
+            # aioqueue_<hash>_<script>: the library's function of that script.
+            name = command[1].decode().split("_", 2)[-1]
+        elif command[0].upper() == b"EVALSHA":
             name = names.get(command[1].decode(), "unknown script")
         elif command[0].upper() == b"EVAL":
             name = "EVAL (first call of a script)"
@@ -240,7 +243,8 @@ def script_times(client: redis.Redis) -> JsonDict:
         }
     stats = client.info("commandstats")
     script_calls = sum(
-        int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("eval", "evalsha")
+        int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+        for name in ("fcall", "eval", "evalsha")
     )
     return {"scripts": found, "script_calls": script_calls}
 
