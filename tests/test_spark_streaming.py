@@ -65,3 +65,27 @@ async def test_each_micro_batch_is_scheduled_and_a_replayed_batch_adds_nothing(
     assert replay.total == ScheduleResult(scheduled=0, already_pending=2)
     assert await redis_client.hgetall(EVENTS) == stored
     assert orjson.loads(stored[b"p-4"])["context"] == {"channel": "web"}
+
+
+async def test_a_micro_batch_is_computed_once_though_it_is_checked_and_written(
+    spark: SparkSession, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Checking and writing are two Spark jobs; the writer caches the batch, so a costly
+    source (here a UDF counting its calls) runs once per row, not twice."""
+    from pyspark.sql import functions as F
+
+    calls = spark.sparkContext.accumulator(0)
+
+    def counted(n: int) -> str:
+        calls.add(1)
+        return f"p-{n}"
+
+    # The id: both the check (ids must be non-empty) and the write need it.
+    batch = spark.createDataFrame([(n, n) for n in range(4)], "n int, order_id int").select(
+        F.udf(counted, "string", useArrow=False)(F.col("n")).alias("id"), "order_id"
+    )
+    writer = foreach_batch_writer(PaymentCheck, url=redis_url)
+    await off_loop(writer, batch, 0)
+    assert writer.total == ScheduleResult(scheduled=4)
+    assert calls.value == 4
+    assert await redis_client.hlen(queue_key("PaymentCheck", "events")) == 4

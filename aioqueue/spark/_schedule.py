@@ -207,7 +207,16 @@ class ScheduleJob:
         )
         write = functools.partial(_write_partition, plan)
         counts = prepared.frame.rdd.mapPartitions(write).collect()
+        # Every task succeeded: no attempt of this run will look at its record again (a
+        # failed run's records expire by themselves, a day after their last write).
+        with redis_session(self.url) as session:
+            session.run(functools.partial(_forget_run, plan))
         return sum((ScheduleResult(*count) for count in counts), ScheduleResult())
+
+
+async def _forget_run(plan: _WritePlan, client: RedisClient) -> None:
+    for keys in plan.layout.all_keys:  # one key per partition, each in its own hash tag
+        await client.delete(keys.run_record(plan.run_id))
 
 
 def _columns(
