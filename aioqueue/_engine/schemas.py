@@ -27,6 +27,7 @@ __all__ = [
     "publish_schema",
     "read_schema",
     "read_schemas",
+    "resolved",
     "schema_fields",
     "schemas_key",
 ]
@@ -137,7 +138,7 @@ class SchemaField:
 def schema_fields(schema: dict[str, Any]) -> list[SchemaField]:
     """The fields of the schema's object (following a top-level `$ref`), with a short type
     text such as `array of Item`, `string (date-time)` or `integer | null`."""
-    root = _resolved(schema, schema)
+    root = resolved(schema, schema)
     properties = root.get("properties")
     if not isinstance(properties, dict):
         return []
@@ -175,14 +176,19 @@ def type_text(schema: dict[str, Any], spec: Any, depth: int = 0) -> str:
     return f"{kind} ({detail})" if isinstance(detail, str) else str(kind)
 
 
-def _resolved(schema: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    reference = spec.get("$ref")
-    if isinstance(reference, str) and reference.startswith("#/$defs/"):
+def resolved(schema: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` with local `$ref`s (`#/$defs/Name`, the form msgspec and pydantic write)
+    followed; {} (no constraint) for a reference the schema does not define."""
+    followed = 0
+    while isinstance(spec.get("$ref"), str) and followed < 16:
+        reference: str = spec["$ref"]
         definitions = schema.get("$defs")
-        if isinstance(definitions, dict):
-            target = definitions.get(reference.removeprefix("#/$defs/"))
-            if isinstance(target, dict):
-                return target
+        if not reference.startswith("#/$defs/") or not isinstance(definitions, dict):
+            return {}
+        target = definitions.get(reference.removeprefix("#/$defs/"))
+        if not isinstance(target, dict):
+            return {}
+        spec, followed = target, followed + 1
     return spec
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from pyspark.sql import types as T
 
+from aioqueue._engine.schemas import resolved
+
 from ._columns import InvalidDataFrameError
 
 __all__ = ["check_payload_columns"]
@@ -27,7 +29,7 @@ def check_payload_columns(
     """Raises InvalidDataFrameError when a required field has no column, or a column's Spark
     type cannot hold the field's JSON type. Columns the schema does not name are left alone
     (the decoder ignores them)."""
-    root = _resolved(schema, schema)
+    root = resolved(schema, schema)
     properties = root.get("properties")
     if not isinstance(properties, dict):
         return
@@ -52,7 +54,7 @@ def check_payload_columns(
 
 def _mismatch(schema: dict[str, Any], spec: Any, data_type: T.DataType, path: str) -> str | None:
     """Why a column (or a nested field) of `data_type` cannot hold `spec`, or None."""
-    spec = _resolved(schema, spec) if isinstance(spec, dict) else spec
+    spec = resolved(schema, spec) if isinstance(spec, dict) else spec
     if not isinstance(spec, dict) or isinstance(data_type, T.NullType):
         return None  # no constraint, or a column of nulls only (checked at delivery)
     for combinator in ("anyOf", "oneOf"):
@@ -135,18 +137,3 @@ def _object_mismatch(
 def _format(spec: dict[str, Any]) -> str:
     detail = spec.get("format")
     return f" ({detail})" if isinstance(detail, str) else ""
-
-
-def _resolved(schema: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    """`spec` with a local `$ref` (`#/$defs/Name`) followed, once per level."""
-    seen = 0
-    while isinstance(spec.get("$ref"), str) and seen < 16:
-        reference: str = spec["$ref"]
-        definitions = schema.get("$defs")
-        if not reference.startswith("#/$defs/") or not isinstance(definitions, dict):
-            return {}
-        target = definitions.get(reference.removeprefix("#/$defs/"))
-        if not isinstance(target, dict):
-            return {}
-        spec, seen = target, seen + 1
-    return spec
