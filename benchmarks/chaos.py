@@ -22,7 +22,8 @@ settled through the chaos as well.
 
 Half the workers run the handler as a plain function (in worker threads), and every worker
 declares the same recurring schedule (a tick every 0.25 s, misfire="all"), whose ticks are
-logged like events.
+logged like events. A rate-limited type and a serial-key type run beside them (chaos_flow.py):
+their limit violations and overlapping calls of one key must be 0.
 
 At the end: delivered, duplicated, lost (scheduled, never handed to a handler, not dead),
 dead, invented (delivered but never scheduled), the lateness of first deliveries, and the
@@ -55,6 +56,19 @@ import anyio
 import redis.asyncio as redis
 from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
+from chaos_flow import (
+    KEYED_PREFIX,
+    LIMITED_PREFIX,
+    RATE_PER_S,
+    ChaosKeyed,
+    ChaosLimited,
+    FlowReport,
+    add_flow_handlers,
+    analyse_flow,
+    plan_flow_events,
+    rate_limit_for,
+    with_rate_limit,
+)
 
 from aioqueue import Event, EventService, FixedDelays
 from aioqueue._engine.keys import QueueKeys
@@ -127,7 +141,7 @@ async def run_worker(args: argparse.Namespace) -> None:
         record(tick.id, tick.tick_ms)
         return True
 
-    service = (
+    builder = (
         EventService.builder()
         .url(args.url)
         .prefix(PREFIX)
@@ -137,7 +151,10 @@ async def run_worker(args: argparse.Namespace) -> None:
         .retry_attempts(args.retry_attempts)
         .retry_policy(FixedDelays([0.2]))
         .shutdown_grace(2.0)
-        .build()
+    )
+    service = with_rate_limit(builder, args.rate_limit).build()
+    flow_log = os.open(
+        Path(args.log).with_suffix(".flow"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
     )
     # Every worker declares the schedule: exactly one event per tick, whoever produces it,
     # and ticks missed while the server was down are all produced (misfire="all").
@@ -149,10 +166,12 @@ async def run_worker(args: argparse.Namespace) -> None:
             else:
                 service.add_handler(ChaosEvent, handle, parallelism=args.parallelism)
             service.add_handler(ChaosTick, handle_tick, parallelism=4)
+            add_flow_handlers(service, record, flow_log, args.handler_ms)
             print("ready", flush=True)
             async for _ in signals:
                 break
     os.close(log)
+    os.close(flow_log)
 
 
 # -- the driver ------------------------------------------------------------------------------
@@ -171,6 +190,8 @@ class Chaos:
     connections_cut: int = 0
     connections_accepted: int = 0
     upstream_refused: int = 0
+    kills_ms: dict[str, float] = field(default_factory=dict)
+    """Worker name -> when it was SIGKILLed (epoch ms)."""
 
 
 @dataclass
@@ -212,13 +233,18 @@ class Report:
     """Ticks between the first and the last delivered one that never reached a handler."""
     sync_workers: int
     """Worker slots whose handler is a plain function run in threads."""
+    flow: FlowReport
 
 
 class WorkerPool:
     """N worker slots; each slot runs one worker process at a time, replaced when killed."""
 
-    def __init__(self, args: argparse.Namespace, url: str, logs: Path, chaos: Chaos) -> None:
+    def __init__(
+        self, args: argparse.Namespace, url: str, logs: Path, chaos: Chaos, rate_limit: int
+    ) -> None:
         self._args = args
+        self._rate_limit = rate_limit
+        self._names = [""] * args.workers
         self._url = url
         self._logs = logs
         self._chaos = chaos
@@ -229,7 +255,7 @@ class WorkerPool:
     async def start(self, slot: int, task_group: TaskGroup) -> None:
         """Starts a worker in `slot`; its "ready" line is awaited in the background."""
         self._incarnations[slot] += 1
-        name = f"w{slot}-{self._incarnations[slot]}"
+        name = self._names[slot] = f"w{slot}-{self._incarnations[slot]}"
         stderr = (self._logs / f"{name}.stderr").open("wb")
         process = await anyio.open_process(
             [
@@ -248,6 +274,8 @@ class WorkerPool:
                 str(self._args.retry_attempts),
                 "--parallelism",
                 str(self._args.parallelism),
+                "--rate-limit",
+                str(self._rate_limit),
                 # Odd slots run the handler as a plain function, in worker threads.
                 *(["--sync-handler"] if slot % 2 else []),
             ],
@@ -281,6 +309,7 @@ class WorkerPool:
         process = self._processes[slot]
         if process is not None and process.returncode is None:
             process.kill()
+            self._chaos.kills_ms[self._names[slot]] = time.time() * 1000
             await process.wait()
             await process.aclose()
             self._chaos.worker_kills += 1
@@ -302,9 +331,12 @@ class WorkerPool:
             await process.aclose()
 
 
-async def enqueue_all(url: str, events: list[ChaosEvent]) -> tuple[int, float]:
+DueEvent = ChaosEvent | ChaosLimited | ChaosKeyed
+
+
+async def enqueue_all(url: str, events: Sequence[DueEvent]) -> tuple[int, float]:
     """Schedules every event, bucket by bucket in due order; returns (scheduled, seconds)."""
-    buckets: dict[int, list[ChaosEvent]] = {}
+    buckets: dict[int, list[DueEvent]] = {}
     for event in events:
         buckets.setdefault(event.due_ms, []).append(event)
     scheduled = 0
@@ -312,7 +344,7 @@ async def enqueue_all(url: str, events: list[ChaosEvent]) -> tuple[int, float]:
     producer = EventService.builder().url(url).prefix(PREFIX).enable_scheduling(False).build()
     started = time.monotonic()
 
-    async def enqueue(due_ms: int, bucket: list[ChaosEvent]) -> None:
+    async def enqueue(due_ms: int, bucket: list[DueEvent]) -> None:
         nonlocal scheduled
         async with limiter:
             at = datetime.fromtimestamp(due_ms / 1000, tz=timezone.utc)
@@ -379,12 +411,12 @@ async def restart_server(server: EmbeddedServer, chaos: Chaos, at: float, how: s
     chaos.server_restarts += 1
 
 
-async def wait_drained(client: redis.Redis, keys: QueueKeys, within: float) -> bool:
+async def wait_drained(client: redis.Redis, keys: Sequence[QueueKeys], within: float) -> bool:
     """Waits until nothing is pending (all acknowledged or dead); False after `within` s."""
     with anyio.move_on_after(within):
         while True:
             try:
-                if await client.hlen(keys.events) == 0:
+                if sum([await client.hlen(queue.events) for queue in keys]) == 0:
                     return True
             except (redis.ConnectionError, OSError):
                 pass
@@ -446,6 +478,7 @@ async def drive(args: argparse.Namespace) -> Report:
     rng = random.Random(args.seed)
     chaos = Chaos()
     keys = QueueKeys.for_type(PREFIX, EVENT_TYPE)
+    flow_keys = [QueueKeys.for_type(PREFIX, cls.__name__) for cls in (ChaosLimited, ChaosKeyed)]
     run_started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aioqueue-chaos-") as scratch:
         scratch_dir = Path(scratch)
@@ -459,16 +492,20 @@ async def drive(args: argparse.Namespace) -> Report:
                 assert appendfsync == "everysec", appendfsync
                 async with CuttingProxy(server.port) as proxy, anyio.create_task_group() as tg:
                     proxy_url = f"redis://127.0.0.1:{proxy.port}"
-                    pool = WorkerPool(args, proxy_url, logs, chaos)
+                    rate_limit = rate_limit_for(args.events // 20, args.window)
+                    pool = WorkerPool(args, proxy_url, logs, chaos, rate_limit)
                     for slot in range(args.workers):
                         await pool.start(slot, tg)
                     await pool.wait_all_ready(WORKER_READY_TIMEOUT)
 
                     first_due_ms = int(time.time() * 1000 + args.lead * 1000)
-                    events = plan_events(args.events, first_due_ms, int(args.window * 1000), rng)
+                    window_ms = int(args.window * 1000)
+                    events = plan_events(args.events, first_due_ms, window_ms, rng)
+                    limited, keyed = plan_flow_events(args.events, first_due_ms, window_ms, rng)
                     poisoned = {event.id for event in events if event.poison}
                     # Written directly, not through the proxy: the producer is the harness.
                     scheduled, enqueue_seconds = await enqueue_all(server.url, events)
+                    await enqueue_all(server.url, [*limited, *keyed])
                     log(args, f"scheduled {scheduled} events in {enqueue_seconds:.1f} s")
 
                     window_opens = time.monotonic() + (first_due_ms / 1000 - time.time())
@@ -488,9 +525,14 @@ async def drive(args: argparse.Namespace) -> Report:
                             # The baseline: same load and topology, no faults.
                             await anyio.sleep(max(0.0, chaos_until - time.monotonic()))
                     log(args, "chaos over; waiting for the queue to drain")
-                    drained = await wait_drained(observer, keys, args.drain_timeout)
+                    drained = await wait_drained(observer, [keys, *flow_keys], args.drain_timeout)
                     pending_ids = set(await observer.hkeys(keys.events))
                     dead_ids = set(await observer.hkeys(keys.dead_letters))
+                    # Dead or pending at the end is not lost (the main report's rule).
+                    flow_pending: set[str] = set()
+                    for queue in flow_keys:
+                        flow_pending.update(map(str, await observer.hkeys(queue.events)))
+                        flow_pending.update(map(str, await observer.hkeys(queue.dead_letters)))
                     await pool.stop_all()
                     stats = proxy.statistics()
                     chaos.connections_cut = stats.cut
@@ -500,9 +542,22 @@ async def drive(args: argparse.Namespace) -> Report:
         finally:
             server.stop()
         calls, torn = read_deliveries(logs)
+        flow = analyse_flow(
+            logs,
+            rate_limit=rate_limit,
+            limited=limited,
+            keyed=keyed,
+            handed_out={call[0] for call in calls},
+            pending=flow_pending,
+            kills_ms=chaos.kills_ms,
+            restart_ms=(chaos.server_restart_at_ms, chaos.server_down_seconds * 1000)
+            if chaos.server_restarts
+            else None,
+        )
 
     ticks = sorted({due_ms for event_id, due_ms, _ in calls if event_id.startswith(TICK_PREFIX)})
-    calls = [call for call in calls if not call[0].startswith(TICK_PREFIX)]
+    flow_prefixes = (TICK_PREFIX, LIMITED_PREFIX, KEYED_PREFIX)
+    calls = [call for call in calls if not call[0].startswith(flow_prefixes)]
     tick_ms = round(TICK_SECONDS * 1000)
     expected_ticks = (ticks[-1] - ticks[0]) // tick_ms + 1 if ticks else 0
     expected = {event.id for event in events}
@@ -562,6 +617,7 @@ async def drive(args: argparse.Namespace) -> Report:
         ticks_delivered=len(ticks),
         tick_gaps=expected_ticks - len(ticks),
         sync_workers=args.workers // 2,
+        flow=flow,
     )
 
 
@@ -597,6 +653,15 @@ def print_report(report: Report) -> None:
     )
     print(
         f"  sync:        {report.sync_workers} of {report.workers} workers ran a plain-def handler"
+    )
+    flow = report.flow
+    print(
+        f"  flow:        {flow.limited_scheduled:,} rate-limited ({flow.rate_limit} per "
+        f"{RATE_PER_S:g} s): {flow.limit_violations} limit violations; {flow.keyed_scheduled:,} "
+        f"keyed ({flow.keyed_calls:,} calls): {flow.key_overlaps} overlapping calls of one key; "
+        f"{flow.lost} lost; after the lost second of the server kill: "
+        f"{flow.limit_violations_near_restart} violations, {flow.key_overlaps_near_restart} "
+        "overlaps"
     )
     print(f"  dead:        {report.dead:,} ({report.dead_unexpected} not poisoned)")
     print(f"  invented:    {report.invented}")
@@ -639,6 +704,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         worker.add_argument("--retry-attempts", type=int, required=True)
         worker.add_argument("--parallelism", type=int, required=True)
         worker.add_argument("--sync-handler", action="store_true")
+        worker.add_argument("--rate-limit", type=int, required=True)
         namespace = worker.parse_args(argv[1:])
         namespace.command = "worker"
         return namespace
@@ -686,9 +752,12 @@ def main(argv: Sequence[str]) -> int:
     print_report(report)
     if args.json is not None:
         args.json.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    flow = report.flow
     failed = report.invented > 0 or report.dead_unexpected > 0
+    failed = failed or flow.limit_violations > 0 or flow.key_overlaps > 0
     if report.aof:
         failed = failed or report.lost > 0 or not report.drained or report.tick_gaps > 0
+        failed = failed or flow.lost > 0
     return 1 if failed else 0
 
 

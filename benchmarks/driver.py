@@ -122,12 +122,16 @@ def plan(peers_python: str, *, with_enqueue_many: bool) -> dict[str, list[Row]]:
         "aioqueue, rate limit far above the drain", "aioqueue", "system_aioqueue.py", ours,
         "rate_limited",
     )  # fmt: skip
+    serial_keys = Row(
+        "aioqueue, serial key (1,000 keys)", "aioqueue", "system_aioqueue.py", ours,
+        "serial_keys",
+    )  # fmt: skip
     arq = Row("arq", "arq", "system_arq.py", peers_python)
     arq_spinning = Row("arq poll_delay=0", "arq", "system_arq.py", peers_python, "poll_delay=0")
     saq = Row("saq", "saq", "system_saq.py", peers_python)
     return {
         "enqueue": [aioqueue, *([many] if with_enqueue_many else []), arq, saq],
-        "drain": [aioqueue, sync_handler, rate_limited, arq, arq_spinning, saq],
+        "drain": [aioqueue, sync_handler, rate_limited, serial_keys, arq, arq_spinning, saq],
         "lateness": [aioqueue, arq, arq_spinning, saq],
         "memory": [aioqueue, arq, saq],
         "ceiling": [

@@ -47,6 +47,10 @@ SYNC_HANDLER = "sync_handler"
 # (reading it and keeping its window inside every claim and dispatch) costs.
 RATE_LIMITED = "rate_limited"
 FAR_ABOVE_THE_DRAIN = 1_000_000
+# The drain of a serial-key type whose events spread over this many key values: what holding,
+# parking and freeing keys costs beside an unkeyed drain.
+SERIAL_KEYS = "serial_keys"
+DISTINCT_KEYS = 1000
 # Events per enqueue_many call in the enqueue_many variant.
 MANY_BATCH = 100
 DUE_KEY = "bench_due"
@@ -64,16 +68,33 @@ class BenchEvent(Event):
     index: int
 
 
+@dataclass
+class KeyedBenchEvent(BenchEvent):
+    """A BenchEvent type of its own whose events run one at a time per `key`."""
+
+    __serial_key__ = "key"
+    key: int = 0
+
+
+def bench_event(index: int, *, keyed: bool) -> BenchEvent:
+    if keyed:
+        return KeyedBenchEvent(id=f"e-{index}", index=index, key=index % DISTINCT_KEYS)
+    return BenchEvent(id=f"e-{index}", index=index)
+
+
 class AioqueueProducer:
-    def __init__(self, service: EventService, *, many: bool, tag_due_times: bool) -> None:
+    def __init__(
+        self, service: EventService, *, many: bool, tag_due_times: bool, keyed: bool
+    ) -> None:
         self._service = service
         self._many = many
+        self._keyed = keyed
         self._tag_due_times = tag_due_times
         self.batch_size = MANY_BATCH if many else 1
 
     async def enqueue(self, indices: range, delay: float) -> None:
         context = {DUE_KEY: repr(time.time() + delay)} if self._tag_due_times else None
-        events = [BenchEvent(id=f"e-{index}", index=index) for index in indices]
+        events = [bench_event(index, keyed=self._keyed) for index in indices]
         if self._many:
             # Looked up at run time: enqueue_many is newer than this harness may be.
             enqueue_many = getattr(self._service, ENQUEUE_MANY)
@@ -108,6 +129,7 @@ class AioqueueSystem:
             *([ENQUEUE_MANY] if hasattr(EventService, ENQUEUE_MANY) else []),
             *([SYNC_HANDLER] if hasattr(EventServiceBuilder, "handler_threads") else []),
             *([RATE_LIMITED] if hasattr(EventServiceBuilder, "rate_limit") else []),
+            SERIAL_KEYS,
         ]
 
     def producer(
@@ -123,7 +145,10 @@ class AioqueueSystem:
         service = EventService.builder().url(url).enable_scheduling(False).build()
         async with service:
             yield AioqueueProducer(
-                service, many=variant == ENQUEUE_MANY, tag_due_times=tag_due_times
+                service,
+                many=variant == ENQUEUE_MANY,
+                tag_due_times=tag_due_times,
+                keyed=variant == SERIAL_KEYS,
             )
 
     async def work(
@@ -147,7 +172,8 @@ class AioqueueSystem:
             if variant == SYNC_HANDLER:
                 service.add_handler(BenchEvent, handle_in_thread, parallelism=CONCURRENCY)
             else:
-                service.add_handler(BenchEvent, handle, parallelism=CONCURRENCY)
+                event_class = KeyedBenchEvent if variant == SERIAL_KEYS else BenchEvent
+                service.add_handler(event_class, handle, parallelism=CONCURRENCY)
             on_ready()
             await recorder.done.wait()
 

@@ -148,4 +148,9 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
     return calls
 
 
-pytest_plugins = ["tests.spark_fixtures", "tests.spark_standalone", "aioqueue.pytest_plugin"]
+pytest_plugins = [
+    "tests.spark_fixtures",
+    "tests.spark_standalone",
+    "tests.browser_support",
+    "aioqueue.pytest_plugin",
+]

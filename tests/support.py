@@ -20,6 +20,15 @@ class PaymentCheck(Event):
 
 
 @dataclass
+class OrderStep(Event):
+    """Steps of one order run one at a time, in due order (a serial key)."""
+
+    __serial_key__ = "order_id"
+    id: str
+    order_id: int
+
+
+@dataclass
 class OrderTimeout(Event):
     id: str
     reason: str = "unpaid"

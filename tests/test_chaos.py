@@ -1,6 +1,7 @@
 """The chaos run of benchmarks/chaos.py at CI size: nothing is lost through worker SIGKILLs,
 cut connections and a server SIGKILL with AOF on, with sync handlers on half the workers and
-a recurring schedule that misses no tick."""
+a recurring schedule that misses no tick, and rate-limit and serial-key types that keep their
+promises through it all."""
 
 from __future__ import annotations
 
@@ -72,3 +73,11 @@ def test_a_small_chaos_run_with_aof_loses_nothing(tmp_path: pathlib.Path) -> Non
     assert chaos["server_restarts"] == 1
     assert 0 < report["delivered_before_server_restart"] < EVENTS - poisoned
     assert report["lateness_ms"]["p50"] >= 0
+    # A rate-limited and a serial-key type went through the same faults: all delivered, no
+    # window above the limit, never two calls of one key at once.
+    flow = report["flow"]
+    assert (flow["limited_scheduled"], flow["keyed_scheduled"]) == (EVENTS // 20, EVENTS // 10)
+    assert flow["lost"] == 0
+    assert flow["limit_violations"] == 0
+    assert flow["key_overlaps"] == 0
+    assert flow["keyed_calls"] >= EVENTS // 10

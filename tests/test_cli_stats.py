@@ -12,6 +12,7 @@ import redis.asyncio as redis
 
 from aioqueue import Event, EventServiceBuilder, FixedDelays
 from aioqueue._admin.stats import QueueStats, read_stats
+from tests.conftest import ScriptCall
 from tests.ops_support import run_cli
 from tests.support import queue_key, wait_until
 
@@ -79,12 +80,13 @@ async def test_each_number_counts_its_own_state(
     assert queues == {
         # No handler: two events are past due, three wait for their time.
         "Reminder": dict(type="Reminder", partitions=1, pending=5, due_now=2, ready=0,
-                         in_flight=0, dead=0, paused=False, rate_limit=None),
+                         in_flight=0, dead=0, paused=False, rate_limit=None, finished=0),
         # One handler slot: one event runs, the two others wait in the ready list.
         "Export": dict(type="Export", partitions=1, pending=3, due_now=0, ready=2,
-                       in_flight=1, dead=0, paused=False, rate_limit=None),
+                       in_flight=1, dead=0, paused=False, rate_limit=None, finished=0),
+        # Dead is not finished: only successes count there.
         "Doomed": dict(type="Doomed", partitions=1, pending=0, due_now=0, ready=0,
-                       in_flight=0, dead=2, paused=False, rate_limit=None),
+                       in_flight=0, dead=2, paused=False, rate_limit=None, finished=0),
     }  # fmt: skip
     assert 5 <= overdue["Reminder"] < 60
     assert 0 < overdue["Export"] < 60  # the ready list's head is overdue too
@@ -116,6 +118,48 @@ async def test_an_event_waiting_for_its_retry_is_not_in_flight(
         [export] = (await read_stats(redis_client, "aioqueue", ["Export"])).queues
     assert attempts == 1
     assert (export.pending, export.due_now, export.ready, export.in_flight) == (1, 0, 0, 0)
+
+
+async def test_stats_read_counters_not_envelopes_whatever_the_backlog(
+    service_builder: Builder, redis_client: redis.Redis, script_calls: list[ScriptCall]
+) -> None:
+    """20,000 pending events and 3 running handlers: stats is one script call per type that
+    runs no command whose cost grows with the backlog (no HSCAN, HVALS, HKEYS, no HGET per
+    envelope), and still counts exactly."""
+    release = anyio.Event()
+
+    async def hold(event: Export) -> bool:
+        await release.wait()
+        return True
+
+    service = service_builder().handler_timeout(30).build()
+    async with service:
+        await service.enqueue_many(
+            [Reminder(id=f"r-{i}") for i in range(20_000)], timedelta(hours=1)
+        )
+        await service.enqueue_many([Export(id=f"e-{i}") for i in range(3)], 0)
+        service.add_handler(Export, hold, parallelism=3)
+
+        async def running() -> bool:
+            queues = by_type((await read_stats(redis_client, "aioqueue")).queues)
+            return queues["Export"].in_flight == 3
+
+        await wait_until(running)
+        await redis_client.config_resetstat()
+        script_calls.clear()
+        queues = by_type((await read_stats(redis_client, "aioqueue")).queues)
+        commands = await redis_client.info("commandstats")
+        stats_calls = [call for call in script_calls if call.script == "stats"]
+        release.set()
+    assert len(stats_calls) == 2  # one per type
+    # Inside the scripts too: Redis counts the commands a script runs.
+    assert not {"cmdstat_hscan", "cmdstat_hvals", "cmdstat_hkeys", "cmdstat_zscan"} & set(commands)
+    assert commands.get("cmdstat_hget", {}).get("calls", 0) <= 10
+    assert (queues["Reminder"].pending, queues["Reminder"].in_flight) == (20_000, 0)
+    assert (queues["Export"].pending, queues["Export"].in_flight) == (3, 3)
+    # The three handlers returned True when released: counted as finished, none in flight.
+    [export] = (await read_stats(redis_client, "aioqueue", ["Export"])).queues
+    assert (export.pending, export.in_flight, export.finished) == (0, 0, 3)
 
 
 async def test_partitions_are_added_up(service_builder: Builder, redis_client: redis.Redis) -> None:

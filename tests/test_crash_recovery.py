@@ -5,79 +5,28 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
 import anyio
 import pytest
 import redis.asyncio as redis
-from anyio.abc import Process
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays, ServiceState
 from aioqueue._engine.envelope import Envelope
 from aioqueue._engine.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 from tests.support import PaymentCheck, Recorder, wait_until
+from tests.worker_processes import blocking_worker, read_line, server_time_ms, worker_log
 
 ServerFactory = Callable[..., EmbeddedServer]
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 KEYS = QueueKeys.for_type("aioqueue", "PaymentCheck")
-
-
-def worker_log(marker: pathlib.Path) -> pathlib.Path:
-    return marker.parent / "worker.log"
-
-
-@asynccontextmanager
-async def blocking_worker(url: str, marker: pathlib.Path) -> AsyncIterator[Process]:
-    """Runs tests/workers/blocking_worker.py; the process is killed when the block exits."""
-    log = worker_log(marker).open("wb")
-    process = await anyio.open_process(
-        [sys.executable, "-m", "tests.workers.blocking_worker", url, str(marker)],
-        cwd=REPO_ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=log,
-    )
-    try:
-        async with process:
-            try:
-                yield process
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                with anyio.CancelScope(shield=True):
-                    await process.wait()
-    finally:
-        log.close()
-
-
-async def server_time_ms(client: redis.Redis) -> int:
-    """Now on the server's clock, the one every due time is on."""
-    seconds, microseconds = await client.time()
-    return seconds * 1000 + microseconds // 1000
 
 
 async def pending_envelope(client: redis.Redis, event_id: str) -> Envelope:
     raw = await client.hget(KEYS.events, event_id)
     assert raw is not None, f"{event_id} is not pending"
     return Envelope.parse(raw, event_type="PaymentCheck", event_id=event_id)
-
-
-async def read_line(process: Process, log: pathlib.Path, within: float = 10.0) -> str:
-    """The worker's next line of output; fails with the worker's log if it exits first."""
-    assert process.stdout is not None
-    try:
-        with anyio.fail_after(within):
-            line = await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 4096)
-    except (anyio.IncompleteRead, anyio.EndOfStream, TimeoutError):
-        output = await anyio.Path(log).read_text(errors="replace")
-        pytest.fail(f"the worker printed no line; its log:\n{output}")
-    return line.decode()
 
 
 @pytest.mark.backends("standalone", "cluster")

@@ -1,15 +1,10 @@
-"""The dashboard in a real headless Chromium against a real `aioqueue serve` process.
-
-Chromium and ChromeDriver come from Debian (`chromium`, `chromium-driver`); the fixture
-installs them with apt-get when they are missing and the tests run as root, as CI does.
-"""
+"""The dashboard's overview in a real headless Chromium against a real `aioqueue serve`
+process (the browser and server fixtures are in tests/browser_support.py)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -18,34 +13,17 @@ import anyio
 import orjson
 import pytest
 import redis.asyncio as redis
-from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from aioqueue import Event, EventServiceBuilder
 from aioqueue._admin.stats import read_stats
-from aioqueue.testing import EmbeddedServer
-from tests.ops_support import ServedApp, serve, stored_envelope
+from tests.browser_support import bury, click, wait_for
+from tests.ops_support import ServedApp, stored_envelope
 from tests.support import queue_key, wait_until
 from tests.workers.schedule_worker import beat
 
 Builder = Callable[[], EventServiceBuilder]
-# The flags this machine needs: without the background-networking ones Chromium keeps trying
-# to reach Google's hosts, which a closed network refuses.
-CHROMIUM_FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1280,1000",
-)
 QUEUE_FIELDS = ("pending", "due_now", "ready", "in_flight", "dead")
 
 
@@ -63,55 +41,6 @@ class Reminder(Event):
 class Invoice(Event):
     id: str
     amount: int
-
-
-def _browser_binaries() -> tuple[str, str]:
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium and driver:
-        return chromium, driver
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.fail("the dashboard test needs Debian's chromium and chromium-driver packages")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=600)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "chromium", "chromium-driver"],
-        check=True,
-        env=env,
-        timeout=900,
-        stdout=subprocess.DEVNULL,
-    )
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium, "apt-get installed chromium but it is not on PATH"
-    assert driver, "apt-get installed chromium-driver but chromedriver is not on PATH"
-    return chromium, driver
-
-
-@pytest.fixture(scope="session")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    chromium, driver_path = _browser_binaries()
-    options = webdriver.ChromeOptions()
-    # Both paths given, so Selenium Manager never tries to download a browser or driver.
-    options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-    driver.set_page_load_timeout(20)
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture(scope="module")
-def dashboard(redis_server: EmbeddedServer) -> Iterator[ServedApp]:
-    with serve(redis_server.url) as app:
-        yield app
-
-
-async def wait_for(condition: Callable[[], bool], within: float = 10.0) -> None:
-    async def check() -> bool:
-        return await anyio.to_thread.run_sync(condition)
-
-    await wait_until(check, within)
 
 
 # The page redraws its tables on every refresh, so each read happens in one script call: an
@@ -142,17 +71,6 @@ def shown_overdue(driver: WebDriver, event_type: str) -> float:
 
 def shown_dead_letters(driver: WebDriver) -> dict[str, str]:
     return dict(driver.execute_script(READ_DEAD_LETTERS))
-
-
-def click(driver: WebDriver, selector: str) -> None:
-    """A real click on a table's button, found again if a redraw replaced it meanwhile."""
-    for _ in range(20):
-        try:
-            driver.find_element(By.CSS_SELECTOR, selector).click()
-            return
-        except StaleElementReferenceException:
-            continue
-    raise AssertionError(f"the button {selector} kept being redrawn")
 
 
 def click_requeue(driver: WebDriver, event_id: str) -> None:
@@ -240,19 +158,8 @@ async def test_a_dead_letter_whose_id_has_slashes_is_shown_and_requeued(
     dashboard: ServedApp,
     browser: WebDriver,
 ) -> None:
-    async def reject(event: Invoice) -> bool:
-        raise ValueError("card declined")
-
     odd_id = "orders/2026/7"
-    service = service_builder().retry_attempts(1).build()
-    async with service:
-        service.add_handler(Invoice, reject)
-        await service.enqueue(Invoice(id=odd_id, amount=7), 0)
-
-        async def buried() -> bool:
-            return await redis_client.hexists(queue_key("Invoice", "dead_letters"), odd_id) == 1
-
-        await wait_until(buried)
+    await bury(service_builder(), redis_client, Invoice(id=odd_id, amount=7), "card declined")
 
     await anyio.to_thread.run_sync(browser.get, f"{dashboard.base_url}/?interval=0.3")
     await wait_for(lambda: shown_dead_letters(browser) == {odd_id: "ValueError: card declined"})

@@ -1,13 +1,17 @@
 """Property-based: random sequences of queue operations against a model, on a real server.
 
 Hypothesis generates sequences of enqueue, replace, debounced replace (max_wait), cancel,
-reschedule, pause, resume, rate limits (set, changed, cleared), dispatch, claim, success,
-failure, crash, lease extension, browsing and requeue,
+reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
+payload's `n` is the key), dispatch, claim, success, failure, crash, lease extension,
+browsing and requeue,
 run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly as the library runs
 them) and, after every step, compares
 everything in Redis with a small model of the queue: no event may be lost (every pending
 event is in the schedule), none invented (nothing in Redis that the model does not have),
-and no stale copy may reach a handler.
+and no stale copy may reach a handler; the count of attempts under way that `stats` reads
+must equal the envelopes that carry `due_at`. With serial keys, no two events of one key are under
+way at once, and no event parked on a key is left without a holder or an unparked event of
+its key that will take the key next (it would wait forever).
 
 Time is made deterministic by the only two leases and delays used: 0 (due at once: for a
 lease, the worker is lost and its lease has already run out) and one hour (never due during
@@ -65,6 +69,7 @@ OPERATIONS = st.sampled_from(
     ["dispatch"] * 3
     + ["enqueue"] * 3
     + ["replace", "cancel", "requeue", "reschedule", "debounce", "pause", "resume", "limit"]
+    + ["serial"] * 2
     + ["claim"] * 3
     + ["success"] * 2
     + ["failure"] * 2
@@ -89,25 +94,50 @@ class Step:
     """Which held delivery a settlement picks (modulo how many are held)."""
 
 
-# A plain list of steps rather than a RuleBasedStateMachine: Hypothesis enables stateful
-# rules in random subsets (swarm testing), and most subsets lack the dispatch-claim-settle
-# chain that moves events on; a list also shrinks to a short failing sequence quickly.
-STEPS = st.lists(
-    st.builds(
-        Step,
-        operation=OPERATIONS,
-        event_id=IDS,
-        payload=PAYLOADS,
-        delay_ms=DELAYS,
-        lease_ms=LEASES,
-        count=st.integers(min_value=1, max_value=4),
-        index=st.integers(min_value=0, max_value=7),
+def step_lists(
+    operations: st.SearchStrategy[str],
+    event_ids: st.SearchStrategy[str],
+    payloads: st.SearchStrategy[str],
+) -> st.SearchStrategy[list[Step]]:
+    # A plain list of steps rather than a RuleBasedStateMachine: Hypothesis enables stateful
+    # rules in random subsets (swarm testing), and most subsets lack the dispatch-claim-settle
+    # chain that moves events on; a list also shrinks to a short failing sequence quickly.
+    return st.lists(
+        st.builds(
+            Step,
+            operation=operations,
+            event_id=event_ids,
+            payload=payloads,
+            delay_ms=DELAYS,
+            lease_ms=LEASES,
+            count=st.integers(min_value=1, max_value=4),
+            index=st.integers(min_value=0, max_value=7),
+        ),
+        # Hypothesis makes lists of about twice the minimum: sequences long enough for events
+        # to go round the cycle a few times. A shrunk failure keeps this many steps, most of
+        # them shrunk to the no-op first operation.
+        min_size=25,
+        max_size=60,
+    )
+
+
+STEPS = step_lists(OPERATIONS, IDS, PAYLOADS)
+
+# Serial keys need a longer chain to show anything: an event holding its key, another of the
+# key parked behind it, then the holder settling. So this run starts with serial keys on,
+# uses more ids on two key values, and leaves out the operations that only slow that down.
+SERIAL_STEPS = step_lists(
+    st.sampled_from(
+        ["dispatch"] * 4
+        + ["enqueue"] * 3
+        + ["claim"] * 3
+        + ["success"] * 3
+        + ["failure"] * 2
+        + ["replace", "cancel", "reschedule", "serial", "crash", "browse", "requeue"]
+        + ["undecodable", "replace-held", "cancel-held", "pause", "resume"]
     ),
-    # Hypothesis makes lists of about twice the minimum: sequences long enough for events to
-    # go round the cycle a few times. A shrunk failure keeps this many steps, most of them
-    # shrunk to the no-op first operation.
-    min_size=25,
-    max_size=60,
+    st.sampled_from(["a", "b", "c", "d"]),
+    st.integers(min_value=0, max_value=1).map(lambda n: f'{{"n":{n}}}'),
 )
 
 SETTINGS = settings(
@@ -136,6 +166,8 @@ class Pending:
     event cannot be rescheduled."""
     since: int | None = None
     """A debounced event's series start, as stored."""
+    parked: bool = False
+    """Due, but set aside by dispatch because another event holds its serial key."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +206,8 @@ class QueueModel:
         """Claims allowed per hour (the window never moves during a test), or None."""
         self.starts = 0
         """Claims handed out while a limit was recorded: the rate window's content."""
+        self.serial = False
+        """Whether the payload field `n` is recorded as the type's serial key."""
 
     @staticmethod
     async def _connect(url: str) -> redis.Redis:
@@ -224,6 +258,8 @@ class QueueModel:
             self.resume()
         elif operation == "limit":
             self.limit(None if step.count == 4 else 2 * step.count)
+        elif operation == "serial":
+            self.toggle_serial_key()
         elif operation == "cancel":
             self.cancel(step.event_id)
         elif operation == "requeue":
@@ -236,6 +272,17 @@ class QueueModel:
             self.browse(step.count)
         elif self.held:
             self.settle(operation, step.index, step.payload, step.delay_ms)
+        self._note_unparked()
+
+    def _note_unparked(self) -> None:
+        """An event that settled freed its serial key and put the earliest event parked on it
+        back in the schedule, due (at its parked time): which one, among score ties, the
+        server knows. That nothing stays parked for good is checked after every step."""
+        if any(event.parked for event in self.pending.values()):
+            scheduled = set(self.run(self.client.zrange(KEYS.schedule, 0, -1)))
+            for event_id, event in self.pending.items():
+                if event.parked and event_id.encode() in scheduled:
+                    event.parked, event.due_now = False, True
 
     def enqueue(self, event_id: str, payload: str, delay_ms: int, *, replace: bool) -> None:
         item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
@@ -269,6 +316,7 @@ class QueueModel:
         else:
             assert outcome == "moved"
             event.due_now = delay_ms == 0  # only the score moves: copies stay current
+            event.parked = False  # a parked event is back in the schedule
 
     def pause(self) -> None:
         """Deliveries waiting in the ready list go back to the schedule, uncounted."""
@@ -297,6 +345,14 @@ class QueueModel:
         limit = None if per_hour is None else RateLimit(per_hour, HOUR_MS)
         self.run(set_rate_limit(self.client, LAYOUT, limit))
         self.rate_limit = per_hour
+
+    def toggle_serial_key(self) -> None:
+        """Serial keys on or off; what is parked stays parked until its key's holder settles."""
+        self.serial = not self.serial
+        if self.serial:
+            self.run(self.client.set(KEYS.serial_field, "n"))
+        else:
+            self.run(self.client.delete(KEYS.serial_field))
 
     def _room(self) -> int | None:
         return None if self.rate_limit is None else self.rate_limit - self.starts
@@ -327,13 +383,20 @@ class QueueModel:
                 ready_capacity=READY_CAPACITY,
             )
         )
-        due = [event_id for event_id, event in self.pending.items() if event.due_now]
+        due = [
+            event_id
+            for event_id, event in self.pending.items()
+            if event.due_now and not event.parked
+        ]
         if self.paused:
-            assert (result.dispatched, result.buried) == (0, 0)
+            assert (result.dispatched, result.buried, result.parked) == (0, 0, 0)
             return
         room = self._room()
         if room is not None and room - len(self.ready) < len(due):
             self._dispatch_some(result, due, max(0, room - len(self.ready)), lease_ms)
+            return
+        if self.serial:
+            self._dispatch_some(result, due, None, lease_ms)
             return
         pushed: list[str] = []
         buried = 0
@@ -359,13 +422,18 @@ class QueueModel:
         self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
 
     def _dispatch_some(
-        self, result: DispatchResult, due: list[str], taken: int, lease_ms: int
+        self, result: DispatchResult, due: list[str], taken: int | None, lease_ms: int
     ) -> None:
-        """A rate limit let dispatch take only `taken` of the due events: the earliest by
-        score, whose millisecond ties the model does not know, so the server's state says
-        which went to the ready list and which to the dead letters."""
-        assert result.dispatched + result.buried == taken
+        """A rate limit let dispatch take only `taken` of the due events (the earliest by
+        score), or serial keys parked some of them (all but the earliest of each free key):
+        score ties are milliseconds the model does not know, so the server's state says which
+        went to the ready list, which to the dead letters and which were parked. That the
+        choice kept one event per key under way is checked after every step."""
+        if taken is not None:
+            assert result.dispatched + result.buried + result.parked == taken
         stored = cast("dict[bytes, bytes]", self.run(self.client.hgetall(KEYS.events)))
+        scheduled = self.run(self.client.zrange(KEYS.schedule, 0, -1))
+        parked = set()
         pushed = []
         for event_id in due:
             event = self.pending[event_id]
@@ -375,6 +443,10 @@ class QueueModel:
                 self._bury(event_id, event.error or (
                     f"attempt {event.attempt} did not finish within the handler timeout"
                 ))  # fmt: skip
+            elif event_id.encode() not in scheduled:
+                assert "parked" in _fields(raw), f"{event_id} left the schedule unparked"
+                event.parked = True
+                parked.add(event_id)
             elif _fields(raw)["attempt"] == event.attempt + 1:
                 event.attempt += 1
                 event.due_now = lease_ms == 0
@@ -382,6 +454,9 @@ class QueueModel:
                 event.generation = self._new_generation()
                 pushed.append(event_id)
         assert len(pushed) == result.dispatched
+        # Parked and back in the same call (its key was freed by a burial or a replacement
+        # that moved to another key) counts as parked, and is due again.
+        assert len(parked) <= result.parked
         tail = self.ready_ids()[len(self.ready) :]
         assert sorted(tail) == sorted(pushed)
         self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
@@ -427,7 +502,11 @@ class QueueModel:
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
-        expected = {(event_id, event.attempt) for event_id, event in self.pending.items()}
+        expected = {
+            (event_id, event.attempt)
+            for event_id, event in self.pending.items()
+            if not event.parked  # out of the schedule until its key is free
+        }
         assert sorted(listed) == sorted(expected)
         for event_id, event in self.pending.items():
             info = self.run(inspect_event(self.client, LAYOUT, event_id))
@@ -435,7 +514,9 @@ class QueueModel:
             assert (info.attempt, info.payload, info.last_error) == (
                 event.attempt, event.payload, event.error
             )  # fmt: skip
-            if event.due_now:
+            if event.parked:
+                assert info.state == "parked"
+            elif event.due_now:
                 assert info.state == "due"
         for event_id in self.dead.keys() - self.pending.keys():  # else inspect shows the pending
             info = self.run(inspect_event(self.client, LAYOUT, event_id))
@@ -525,8 +606,14 @@ class QueueModel:
         state = self.run(self._read_state())
         events, schedule, now = state.events, state.schedule, state.now_ms
         assert set(events) == set(self.pending), "an event was lost or invented"
-        assert set(schedule) == set(self.pending), "a pending event is not scheduled"
+        parked = {event_id for event_id, event in self.pending.items() if event.parked}
+        assert set(schedule) == set(self.pending) - parked, "a pending event is not scheduled"
+        self._check_serial_keys(state, parked)
+        under_way = sum(1 for raw in events.values() if "due_at" in _fields(raw))
+        assert state.under_way == under_way, "the count of attempts under way drifted"
         for event_id, event in self.pending.items():
+            if event.parked:
+                continue
             stored = _fields(events[event_id])
             assert (stored["version"], stored["attempt"]) == (event.version, event.attempt)
             assert stored["payload"] == event.payload
@@ -557,8 +644,36 @@ class QueueModel:
             KEYS.paused,
             KEYS.rate,
             KEYS.starts,
+            KEYS.serial_field,
+            KEYS.serial_holders,
+            KEYS.serial_waiting,
+            KEYS.counts,
         }
         assert state.sequence == self.sequence
+
+    def _check_serial_keys(self, state: RedisState, parked: set[str]) -> None:
+        """One event per key under way; every parked event findable in serial_waiting and
+        bound to come back: its key's holder is pending, or an event of its key is scheduled
+        (it takes the key, and settling frees it for the next parked one)."""
+        stored = {event_id: _fields(raw) for event_id, raw in state.events.items()}
+        under_way = [
+            fields["serial"]
+            for fields in stored.values()
+            if "serial" in fields and "due_at" in fields
+        ]
+        assert len(under_way) == len(set(under_way)), "two events of one key under way"
+        for value, holder in state.holders.items():
+            assert holder in self.pending, f"key {value} is held by gone event {holder}"
+        for event_id in parked:
+            fields = stored[event_id]
+            value = fields["serial"]
+            member = f"{len(value.encode())}:{value}:{fields['parked']:015d}:{event_id}"
+            assert member in state.waiting, f"{event_id} is parked but not waiting"
+            key_holder = state.holders.get(value)
+            assert (key_holder is not None and key_holder != event_id) or any(
+                other not in parked and other_fields.get("serial") == value
+                for other, other_fields in stored.items()
+            ), f"{event_id} is parked on key {value} that nothing will free"
 
     async def _read_state(self) -> RedisState:
         """Everything of the queue in Redis, read atomically (one MULTI)."""
@@ -570,9 +685,13 @@ class QueueModel:
             multi.lrange(KEYS.ready, 0, -1)
             multi.keys("*")
             multi.get(KEYS.sequence)
+            multi.hgetall(KEYS.serial_holders)
+            multi.zrange(KEYS.serial_waiting, 0, -1)
+            multi.hget(KEYS.counts, "under_way")
             multi.time()
             replies = await multi.execute()
-        events, schedule, dead, dead_times, ready, keys, sequence, (seconds, micros) = replies
+        events, schedule, dead, dead_times, ready, keys, sequence, holders, waiting = replies[:9]
+        under_way, (seconds, micros) = replies[9:]
         return RedisState(
             events={text(k): v for k, v in events.items()},
             schedule={text(member): float(score) for member, score in schedule},
@@ -582,6 +701,9 @@ class QueueModel:
             keys={text(key) for key in keys},
             sequence=int(sequence or 0),
             now_ms=int(seconds) * 1000 + int(micros) // 1000,
+            holders={text(value): text(holder) for value, holder in holders.items()},
+            waiting={text(member) for member in waiting},
+            under_way=int(under_way or 0),
         )
 
 
@@ -596,6 +718,12 @@ class RedisState:
     keys: set[str]
     sequence: int
     now_ms: int
+    holders: dict[str, str]
+    """serial_holders: key value -> event id."""
+    waiting: set[str]
+    """serial_waiting's members."""
+    under_way: int
+    """The scripts' count of envelopes carrying `due_at`, which stats reads."""
 
 
 def _fields(raw: bytes) -> dict[str, Any]:
@@ -627,6 +755,22 @@ def test_no_sequence_of_operations_loses_or_invents_an_event(
     failure to the shortest sequence of steps that shows it."""
     with queue_model(redis_server.url) as model:
         assert model.run(model.client.dbsize()) == 0
+        for step in steps:
+            model.apply(step)
+            model.check_redis_holds_exactly_the_model()
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.filterwarnings("ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning")
+@SETTINGS
+@given(steps=SERIAL_STEPS)
+def test_no_sequence_of_operations_runs_two_events_of_a_key_or_strands_a_parked_one(
+    redis_server: EmbeddedServer, steps: list[Step]
+) -> None:
+    """The same model and checks with serial keys on from the start (the payload's `n`)."""
+    with queue_model(redis_server.url) as model:
+        assert model.run(model.client.dbsize()) == 0
+        model.toggle_serial_key()
         for step in steps:
             model.apply(step)
             model.check_redis_holds_exactly_the_model()

@@ -164,7 +164,7 @@ async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_e
             ("HSET", "aioqueue-other:{PaymentCheck}:events", "x", "y"),
             # The prefix "aioqueue:tenant" starts with "aioqueue:" but is another prefix.
             ("HSET", "aioqueue:tenant:{PaymentCheck}:events", "x", "y"),
-            ("GET", keys.sequence),  # a key of its own, a command it does not need
+            ("APPEND", keys.sequence, "9"),  # a key of its own, a command it does not need
             ("DEL", keys.events),
             ("KEYS", "*"),
             ("FLUSHALL",),

@@ -171,7 +171,7 @@ class Dispatcher:
 
     def _pause_after(self, result: DispatchResult) -> float:
         config = self._config
-        if result.dispatched + result.buried >= result.limit:
+        if result.dispatched + result.buried + result.parked >= result.limit:
             # As many as allowed: more may be due right now. Go on at once if the ready list
             # has room for another whole batch; otherwise topping it up a few events at a
             # time would cost a script call per claim, so wait until it drains.

@@ -43,10 +43,12 @@ RESCHEDULE = LuaScript("reschedule")
 # Most events one page holds, whatever a caller asks for.
 MAX_PAGE = 1000
 
-EventState = Literal["waiting", "due", "ready", "in_flight", "retry_wait", "dead"]
+EventState = Literal["waiting", "due", "ready", "in_flight", "retry_wait", "parked", "dead"]
 """waiting: scheduled for later; due: its time has come, a dispatcher takes it next; ready:
 dispatched, its delivery waits in the ready list; in_flight: a handler has it, until its
-lease ends; retry_wait: an attempt failed, the retry is scheduled; dead: in the dead letters."""
+lease ends; retry_wait: an attempt failed, the retry is scheduled; parked: due, but another
+event holds its serial key (it is out of the schedule, so `pending` does not list it, until
+that event settles); dead: in the dead letters."""
 
 RunNowResult = Literal["due", "missing", "in_flight"]
 MoveResult = Literal["moved", "missing", "in_flight"]
@@ -187,7 +189,12 @@ async def inspect_event(
     now, stored, score, in_ready, dead, died_at = await INSPECT.run(client, script_keys, [event_id])
     if stored:
         fields = _fields(stored)
-        state, due_at, lease_ends_at = _state(fields, float(score or 0), bool(in_ready), now)
+        parked_at = fields.get("parked")
+        state: EventState
+        if score is None and isinstance(parked_at, int):
+            state, due_at, lease_ends_at = "parked", died_at_from_ms(parked_at), None
+        else:
+            state, due_at, lease_ends_at = _state(fields, float(score or 0), bool(in_ready), now)
         return EventInfo(
             id=event_id,
             event_type=layout.event_type,

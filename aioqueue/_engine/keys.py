@@ -54,6 +54,17 @@ class QueueKeys:
     """hash: `limit` and `per_ms`, the type's rate limit (handler starts per window)."""
     starts: str
     """zset: the handler starts of the current rate window; member `id@ms`, score: ms."""
+    counts: str
+    """hash: `under_way`, how many of the type's envelopes carry `due_at` (attempts under
+    way), and `finished`, the successes so far; kept by the scripts, so stats are O(1)."""
+    serial_field: str
+    """string: the payload field of the type's serial key (`__serial_key__`), if it has one."""
+    serial_holders: str
+    """hash: serial key value -> id of the event that holds it (dispatched, in flight or
+    waiting for its retry)."""
+    serial_waiting: str
+    """zset, every score 0: events parked while their serial key value is held, as
+    `length:value:due:id` (due in ms, 15 digits), so each value's are one range in due order."""
 
     def run_record(self, run_id: str) -> str:
         """hash: event id -> enqueue result, for one Spark run (see enqueue.lua)."""
@@ -79,6 +90,10 @@ class QueueKeys:
             paused=f"{base}:paused",
             rate=f"{base}:rate",
             starts=f"{base}:starts",
+            counts=f"{base}:counts",
+            serial_field=f"{base}:serial_field",
+            serial_holders=f"{base}:serial_holders",
+            serial_waiting=f"{base}:serial_waiting",
         )
 
 

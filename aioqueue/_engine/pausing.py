@@ -23,7 +23,9 @@ async def pause(client: RedisClient, layout: QueueLayout) -> int:
     returned = 0
     for keys in layout.all_keys:
         returned += int(
-            await PAUSE.run(client, [keys.paused, keys.ready, keys.schedule, keys.events], [])
+            await PAUSE.run(
+                client, [keys.paused, keys.ready, keys.schedule, keys.events, keys.counts], []
+            )
         )
     return returned
 

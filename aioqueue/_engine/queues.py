@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aioqueue._model.event import Event
+from aioqueue._model.event import Event, serial_key_of
 
 from .client import RedisClient
 from .keys import QueueLayout, partition_of
 from .registry import resolve_layout
 from .schemas import publish_schema
+from .serial_keys import record_serial_field
 from .store import QueueStore
 
 __all__ = ["QueueDirectory", "TypeQueue"]
@@ -66,7 +67,8 @@ class QueueDirectory:
     async def recorded(self, event_type: str, event_class: type[Event] | None = None) -> TypeQueue:
         """The queue, after making sure (once per service) that the registry lists it with
         this service's partition count, raising PartitionCountMismatchError when it lists
-        another, and that the type's published schema is the one `event_class` implies."""
+        another, that the type's published schema is the one `event_class` implies, and that
+        its serial key (if the class sets one) is recorded."""
         queue = self.queue(event_type)
         if not queue.recorded:
             layout = queue.layout
@@ -74,5 +76,8 @@ class QueueDirectory:
             payload_schema = None if event_class is None else self._schema_of(event_class)
             if payload_schema is not None:
                 await publish_schema(self._client, layout.prefix, event_type, payload_schema)
+            serial_field = None if event_class is None else serial_key_of(event_class)
+            if serial_field is not None:
+                await record_serial_field(self._client, layout, serial_field)
             queue.recorded = True
         return queue

@@ -44,6 +44,8 @@ class DispatchResult:
     """How many events the call could take: the batch size, less if the ready list was full."""
     ready_length: int
     """Envelopes in the ready list after the call."""
+    parked: int = 0
+    """Due events set aside because another event holds their serial key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +97,15 @@ class QueueStore:
         for item in items:
             kind = "at" if item.absolute else "delay"
             args += [item.id, item.payload, item.context_json, kind, item.due_ms]
-        keys = [self.keys.schedule, self.keys.events, self.keys.sequence, self.keys.wake]
+        k = self.keys
+        keys = [k.schedule, k.events, k.sequence, k.wake, k.counts]
         if run_id is not None:
-            keys.append(self.keys.run_record(run_id))
+            keys.append(k.run_record(run_id))
         results = await ENQUEUE.run(self.client, keys, args)
         return [int(result) == 1 for result in results]
 
     async def cancel(self, event_id: str) -> bool:
-        keys = [self.keys.schedule, self.keys.events]
+        keys = [self.keys.schedule, self.keys.events, *self._settling_keys()]
         return int(await CANCEL.run(self.client, keys, [event_id])) == 1
 
     async def dispatch(
@@ -111,12 +114,14 @@ class QueueStore:
         k = self.keys
         keys = [
             k.schedule, k.events, k.ready, k.dead_letters, k.dead_letter_times, k.paused,
-            k.rate, k.starts,
+            k.rate, k.starts, k.serial_field, k.serial_holders, k.serial_waiting, k.counts,
         ]  # fmt: skip
         reply = await DISPATCH.run(
             self.client, keys, [batch_size, lease_ms, max_attempts, ready_capacity]
         )
-        dispatched, buried, now, earliest, limit, ready_length = (int(value) for value in reply)
+        dispatched, buried, now, earliest, limit, ready_length, parked = (
+            int(value) for value in reply
+        )
         return DispatchResult(
             dispatched=dispatched,
             buried=buried,
@@ -124,6 +129,7 @@ class QueueStore:
             earliest_due_ms=None if earliest < 0 else earliest,
             limit=limit,
             ready_length=ready_length,
+            parked=parked,
         )
 
     async def claim(
@@ -134,7 +140,7 @@ class QueueStore:
         k = self.keys
         keys = [
             k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused,
-            k.rate, k.starts,
+            k.rate, k.starts, *self._settling_keys(),
         ]  # fmt: skip
         args: list[str | int | bytes] = [count, lease_ms]
         if acknowledge:
@@ -174,7 +180,7 @@ class QueueStore:
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""
-        keys = [self.keys.schedule, self.keys.events]
+        keys = [self.keys.schedule, self.keys.events, *self._settling_keys()]
         return int(await ACKNOWLEDGE.run(self.client, keys, _versions(deliveries)))
 
     async def extend_lease(self, envelope: Envelope, lease_ms: int) -> bool:
@@ -199,7 +205,7 @@ class QueueStore:
         bury: bool = False,
     ) -> Literal["retry", "dead", "stale"]:
         k = self.keys
-        keys = [k.schedule, k.events, k.dead_letters, k.dead_letter_times]
+        keys = [k.schedule, k.events, k.dead_letters, k.dead_letter_times, *self._settling_keys()]
         args: list[str | int] = [
             envelope.id,
             str(envelope.version),
@@ -212,6 +218,13 @@ class QueueStore:
         if outcome not in ("retry", "dead", "stale"):
             raise RuntimeError(f"fail.lua returned {outcome!r}")
         return outcome  # type: ignore[return-value]
+
+    def _settling_keys(self) -> tuple[str, str, str, str]:
+        """The keys with which settling an event frees its serial key (see settle_serial in
+        _prelude.lua; passed for every type, they cost nothing for a type without one) and
+        counts its attempt out of `under_way` (see count_under_way in _prelude.lua)."""
+        k = self.keys
+        return (k.serial_holders, k.serial_waiting, k.wake, k.counts)
 
     async def dead_letter_entries(self, limit: int) -> list[tuple[bytes | str, float]]:
         """The newest `limit` dead letters as (stored envelope, died_at ms)."""

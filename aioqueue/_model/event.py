@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from .errors import EventDefinitionError
 
-__all__ = ["Event", "event_context", "event_type_name"]
+__all__ = ["Event", "event_context", "event_type_name", "serial_key_of"]
 
 # Wire names end up inside a Redis hash tag ("prefix:{Name}:..."), so braces are excluded
 # and the alphabet is kept small enough to be safe in any key, URL or metric label.
@@ -25,6 +25,9 @@ class Event:
 
     __slots__ = ()
     __event_type__: ClassVar[str]
+    __serial_key__: ClassVar[str]
+    """Optional: the name of a field; events with the same value of it are handled one at a
+    time, in due order, across every service (see README, Flow control)."""
     id: str
 
 
@@ -57,3 +60,20 @@ def _validated_wire_name(event_class: type[Event]) -> str:
             "of letters, digits, '_', '.' or '-'"
         )
     return name
+
+
+def serial_key_of(event_class: type[Event]) -> str | None:
+    """The field named by the class's `__serial_key__`, or None; raises EventDefinitionError
+    when it names no field of the class."""
+    field = getattr(event_class, "__serial_key__", None)
+    if field is None:
+        return None
+    fields = {
+        name for klass in event_class.__mro__ for name in getattr(klass, "__annotations__", {})
+    }
+    if not isinstance(field, str) or field not in fields or field.startswith("__"):
+        raise EventDefinitionError(
+            f"__serial_key__ of {event_class.__qualname__} must name one of its fields, "
+            f"got {field!r}"
+        )
+    return field

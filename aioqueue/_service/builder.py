@@ -12,7 +12,7 @@ from aioqueue._engine.keys import MAX_PARTITIONS, validate_prefix
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.durations import Duration, to_seconds
 from aioqueue._model.errors import ConfigurationError
-from aioqueue._model.event import Event, event_type_name
+from aioqueue._model.event import Event, event_type_name, serial_key_of
 from aioqueue._model.instrumentation import Instrumentation, NoInstrumentation
 from aioqueue._model.metrics import Metrics, NoMetrics
 from aioqueue._model.rate_limit import RateLimit
@@ -166,6 +166,12 @@ class EventServiceBuilder:
         working. Every service and producer of the type must use the same count; change it
         only on an empty queue.
         """
+        if partitions != 1 and serial_key_of(event_class) is not None:
+            raise ConfigurationError(
+                f"partitions of {event_class.__qualname__}: a type with a __serial_key__ "
+                "cannot be partitioned (its keys must live in one hash tag, or two partitions "
+                "could run events of one key at once)"
+            )
         self._partitions[event_type_name(event_class)] = partitions
         return self
 

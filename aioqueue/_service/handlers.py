@@ -14,7 +14,7 @@ from aioqueue._engine.rate_limits import record_rate_limit
 from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
 from aioqueue._engine.store import QueueStore
 from aioqueue._model.errors import HandlerRegistrationError, PartitionCountMismatchError
-from aioqueue._model.event import Event, event_type_name
+from aioqueue._model.event import Event, event_type_name, serial_key_of
 
 from .base import Registration, ServiceBase, ServiceState
 from .handler_signature import annotated_event_class
@@ -43,6 +43,7 @@ class ServiceHandlers(ServiceBase):
         """
         self._ensure_open()
         event_type = event_type_name(event_class)
+        serial_key_of(event_class)  # a __serial_key__ naming no field fails here
         _check_handler(event_class, handler)
         # A field that cannot round-trip fails here, not at the first delivery.
         self._config.serializer.schema(event_class)
@@ -124,8 +125,12 @@ class ServiceHandlers(ServiceBase):
             thread_limiter=self._handler_threads,
         )
         consumer = registration.consumer
-        if registration.event_type in self._config.rate_limits:
-            # The limit must be in Redis before this consumer takes its first event.
+        if (
+            registration.event_type in self._config.rate_limits
+            or serial_key_of(registration.event_class) is not None
+        ):
+            # The limit or serial key must be in Redis before this consumer takes its first
+            # event (dispatch.lua reads them there).
             async def record_then_consume() -> None:
                 await self._record_type(registration)
                 await consumer.run()

@@ -11,6 +11,7 @@ from starlette.routing import Route
 from aioqueue._admin.actions import cancel_event
 from aioqueue._admin.stats import resolve_layouts
 from aioqueue._engine.browse import MAX_PAGE, inspect_event, pending_page, run_now
+from aioqueue._engine.due_histogram import MAX_BUCKETS, due_histogram
 from aioqueue._engine.keys import QueueLayout
 from aioqueue._model.errors import InvalidCursorError
 
@@ -20,10 +21,12 @@ __all__ = ["browse_routes"]
 
 
 def browse_routes(state: Connected, api: Wrap) -> list[Route]:
-    """`GET /events/{type}`, `GET|DELETE /events/{type}/{id}`, `POST .../run-now`; each
-    wrapped by `api` (the token check). Ids may contain '/' (the run-now route comes first)."""
+    """`GET /events/{type}`, `GET|DELETE /events/{type}/{id}`, `POST .../run-now` and
+    `GET /types/{type}/histogram`; each wrapped by `api` (the token check). Ids may contain
+    '/' (the run-now route comes first)."""
     routes = _BrowseRoutes(state)
     return [
+        Route("/types/{type}/histogram", api(routes.histogram), methods=["GET"]),
         Route("/events/{type}", api(routes.list_pending), methods=["GET"]),
         Route("/events/{type}/{id:path}/run-now", api(routes.run_now), methods=["POST"]),
         Route("/events/{type}/{id:path}", api(routes.show), methods=["GET"]),
@@ -67,6 +70,20 @@ class _BrowseRoutes:
         except (_ParameterError, InvalidCursorError) as exc:
             return _error(422, str(exc))
         return JSONResponse({"type": layout.event_type, **page.to_json()})
+
+    async def histogram(self, request: Request) -> Response:
+        """Events due per bucket ahead: `?bucket=3600&buckets=24` (seconds, the default)."""
+        query = request.query_params
+        try:
+            bucket = _integer(query.get("bucket", "3600"), "bucket", 1, 7 * 24 * 3600)
+            buckets = _integer(query.get("buckets", "24"), "buckets", 1, MAX_BUCKETS)
+        except _ParameterError as exc:
+            return _error(422, str(exc))
+        layout = await self._layout(request)
+        counted = await due_histogram(
+            self._state.client, layout, bucket_ms=bucket * 1000, buckets=buckets
+        )
+        return JSONResponse({"type": layout.event_type, **counted.to_json()})
 
     async def show(self, request: Request) -> Response:
         layout = await self._layout(request)

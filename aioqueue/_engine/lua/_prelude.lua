@@ -10,7 +10,9 @@ end
 
 -- Writes a new version of an event's envelope and schedules it at `due` (ms): how every event
 -- enters a queue (enqueue.lua, schedule_tick.lua). `context` is a JSON object of strings.
-local function write_event(schedule, events, sequence, id, payload, context, due, since)
+-- `serial` is the serial key value a replaced version held or was parked on (see the serial
+-- keys section below), nil for a new event.
+local function write_event(schedule, events, sequence, id, payload, context, due, since, serial)
   -- The type is left out: the key's hash tag says it, and every byte counts in a backlog.
   local envelope = {
     payload = payload,
@@ -19,6 +21,9 @@ local function write_event(schedule, events, sequence, id, payload, context, due
     -- A debounced event (enqueue with max_wait) remembers when its series began: later
     -- replacements never push it past since + max_wait. Absent otherwise.
     since = since,
+    -- Passed on, so that whatever settles this version (or dispatches it under another
+    -- value) frees what the replaced one held.
+    serial = serial,
   }
   local decoded = cjson.decode(context)
   if next(decoded) ~= nil then
@@ -96,6 +101,112 @@ local function bury(schedule, events, dead_letters, dead_letter_times, id, envel
   redis.call('ZADD', dead_letter_times, now, id)
 end
 
+-- Serial keys: a type whose class sets __serial_key__ records the payload field in its
+-- `serial_field` key; events with the same value of that field run one at a time, in due
+-- order. `serial_holders` maps a value to the id of the event that holds it (dispatched, in
+-- flight, or waiting for its retry: a retry keeps its place); events that come due while
+-- their value is held are parked in `serial_waiting`, out of the schedule, so the events of
+-- other values go on (no head-of-line blocking). That zset has every score 0 and orders
+-- its members by text: length:value:due:id, due padded to 15 digits, so one value's parked
+-- events form one range, earliest first, found in O(log N).
+
+-- The serial key value of an envelope: its payload's `field`, as text; nil when the payload
+-- has no such string or number (the event then runs without a key).
+local function serial_value(envelope, field)
+  local ok, payload = pcall(cjson.decode, envelope.payload)
+  if not ok or type(payload) ~= 'table' then
+    return nil
+  end
+  local value = payload[field]
+  if type(value) == 'string' then
+    return value
+  elseif type(value) == 'number' then
+    return cjson.encode(value)
+  end
+  return nil
+end
+
+local function serial_range_start(value)
+  return #value .. ':' .. value .. ':'
+end
+
+-- The parked time of a due score: whole, non-negative milliseconds, so it pads to 15 digits.
+local function parked_time(score)
+  return math.max(0, math.floor(score))
+end
+
+local function serial_member(value, parked, id)
+  return serial_range_start(value) .. string.format('%015d', parked) .. ':' .. id
+end
+
+-- Moves the earliest event parked on `value` back into the schedule at its due time;
+-- returns 1 when one moved. A member whose event was cancelled, replaced or moved since it
+-- was parked (those scripts leave the member behind) is dropped on the way.
+local function unpark_next(waiting, schedule, events, value)
+  local start = serial_range_start(value)
+  for _ = 1, 32 do
+    local first = redis.call('ZRANGEBYLEX', waiting, '[' .. start, '[' .. start .. '\255',
+                             'LIMIT', 0, 1)
+    local member = first[1]
+    if not member then
+      return 0
+    end
+    redis.call('ZREM', waiting, member)
+    local due_text, id = string.match(string.sub(member, #start + 1), '^(%d+):(.*)$')
+    local due = tonumber(due_text)
+    local stored = id and redis.call('HGET', events, id)
+    if stored and not redis.call('ZSCORE', schedule, id) then
+      local ok, envelope = pcall(cjson.decode, stored)
+      if ok and type(envelope) == 'table' and envelope.parked == due
+          and envelope.serial == value then
+        redis.call('ZADD', schedule, due, id)
+        return 1
+      end
+    end
+  end
+  return 0
+end
+
+-- After the event `id`, whose envelope says it ran under serial key `value`, settled
+-- (succeeded, died or was cancelled): frees the value if the event held it and lets the
+-- next parked event of the value go. Returns 1 when an event went back to the schedule.
+-- `serial` is nil for a caller without the serial keys: nothing to do then.
+local function settle_serial(serial, schedule, events, envelope, id)
+  if not serial or type(envelope) ~= 'table' or type(envelope.serial) ~= 'string' then
+    return 0
+  end
+  local value = envelope.serial
+  local holder = redis.call('HGET', serial.holders, value)
+  if holder == id then
+    redis.call('HDEL', serial.holders, value)
+  elseif holder then
+    return 0  -- another event holds it: the parked ones wait for that one
+  end
+  return unpark_next(serial.waiting, schedule, events, value)
+end
+
+-- The serial keys of a script whose `keys` (its KEYS, passed because in the function
+-- library KEYS is each function's own) hold holders, waiting and wake from `first` on, or
+-- nil when they are not passed.
+local function serial_keys(keys, first)
+  if not keys[first + 2] then
+    return nil
+  end
+  return {holders = keys[first], waiting = keys[first + 1], wake = keys[first + 2]}
+end
+
+-- The type's `counts` hash holds what `aioqueue stats` reads in O(1) instead of walking the
+-- envelopes: `under_way`, the envelopes carrying `due_at` (attempts under way), kept by every
+-- script that gives an envelope `due_at` or takes it away, and `finished`, the successes so
+-- far (the dashboard's throughput). `counts` is nil for a caller that was not given it (a
+-- producer in another language): then nothing is counted, which only a replace of an event
+-- under way would have changed.
+local function count_under_way(counts, delta)
+  if counts and delta ~= 0 then
+    redis.call('HINCRBY', counts, 'under_way', delta)
+  end
+end
+
 -- The hot scripts batch their commands (one HMGET, HSET, ZADD... for a whole batch): each
 -- redis.call costs the script far more than the command itself. Lua unpacks only so many
 -- values at once (about 8000), so long argument lists go in chunks. Even, to keep pairs whole.
@@ -136,30 +247,51 @@ end
 -- a replace that happened while the handler ran keeps the new version scheduled. Deleting a
 -- version twice is harmless, so callers may retry. `delivered` holds id, version, id,
 -- version... (versions as strings). Returns how many events it deleted.
-local function acknowledge_deliveries(schedule, events, delivered)
+-- With `serial` (see serial_keys), each deleted event that held a serial key frees it; with
+-- `counts`, the deleted attempts leave `under_way` and count as `finished`.
+-- Returns how many events it deleted and how many parked events went back to the schedule.
+local function acknowledge_deliveries(schedule, events, delivered, serial, counts)
   local ids, versions = {}, {}
   for i = 1, #delivered, 2 do
     ids[#ids + 1] = delivered[i]
     versions[#versions + 1] = delivered[i + 1]
   end
   if #ids == 0 then
-    return 0
+    return 0, 0
   end
   local stored = hmget_all(events, ids)
-  local finished = {}
+  local finished, keyed, ended = {}, {}, 0
   for i, raw in ipairs(stored) do
     if raw then
       local ok, envelope = pcall(cjson.decode, raw)
       if ok and type(envelope) == 'table' and tostring(envelope.version) == versions[i] then
         finished[#finished + 1] = ids[i]
+        if envelope.due_at ~= nil then
+          ended = ended + 1
+        end
+        if envelope.serial ~= nil then
+          keyed[#keyed + 1] = {ids[i], envelope}
+        end
       end
     end
   end
   if #finished == 0 then
-    return 0
+    return 0, 0
   end
   call_chunked('ZREM', schedule, finished)
-  return call_chunked('HDEL', events, finished)
+  local deleted = call_chunked('HDEL', events, finished)
+  count_under_way(counts, -ended)
+  if counts and deleted > 0 then
+    redis.call('HINCRBY', counts, 'finished', deleted)
+  end
+  local unparked = 0
+  for _, pair in ipairs(keyed) do
+    unparked = unparked + settle_serial(serial, schedule, events, pair[2], pair[1])
+  end
+  if unparked > 0 then
+    wake_dispatchers(serial.wake)
+  end
+  return deleted, unparked
 end
 
 
@@ -184,3 +316,4 @@ local function rate_room(rate, starts, now)
   end
   return {room = room, next_ms = next_ms}
 end
+

@@ -1,5 +1,10 @@
 -- Deletes events whose handlers succeeded (see acknowledge_deliveries in _prelude.lua).
 -- KEYS[1] schedule   KEYS[2] events
+-- KEYS[3] serial_holders   KEYS[4] serial_waiting   KEYS[5] wake (optional, together): a
+--   deleted event that held a serial key frees it for the next parked event of its value
+-- KEYS[6] counts (optional, with 3-5): acknowledged attempts leave its `under_way` and add
+--   to `finished` (see count_under_way in _prelude.lua)
 -- ARGV: pairs of (id, version)
 -- Returns the number of events deleted.
-return acknowledge_deliveries(KEYS[1], KEYS[2], ARGV)
+local deleted = acknowledge_deliveries(KEYS[1], KEYS[2], ARGV, serial_keys(KEYS, 3), KEYS[6])
+return deleted

@@ -1,8 +1,24 @@
 -- Removes a pending event. Copies already pushed to the ready list are dropped when a
 -- consumer claims them (claim.lua compares them with the stored envelope).
 -- KEYS[1] schedule   KEYS[2] events
+-- KEYS[3] serial_holders   KEYS[4] serial_waiting   KEYS[5] wake (optional, together): an
+--   event that held a serial key frees it; one parked on a key leaves its member in
+--   serial_waiting, which unpark_next drops when it reaches it
+-- KEYS[6] counts (optional): a cancelled attempt under way leaves its `under_way` (see
+--   count_under_way in _prelude.lua)
 -- ARGV[1] id
 -- Returns 1 when an event was removed, 0 when none was pending.
+local serial = serial_keys(KEYS, 3)
+local stored = (serial or KEYS[6]) and redis.call('HGET', KEYS[2], ARGV[1])
 local removed = redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
+if stored then
+  local ok, envelope = pcall(cjson.decode, stored)
+  if ok and type(envelope) == 'table' and envelope.due_at ~= nil then
+    count_under_way(KEYS[6], -1)
+  end
+  if ok and settle_serial(serial, KEYS[1], KEYS[2], envelope, ARGV[1]) > 0 then
+    wake_dispatchers(serial.wake)
+  end
+end
 return removed

@@ -4,6 +4,10 @@
 -- KEYS[5] dead_letter_times   KEYS[6] paused (optional: while its field `paused` exists, nothing is taken)
 -- KEYS[7] rate, KEYS[8] starts (optional): with a rate limit recorded in `rate`, at most
 --   `limit` events are handed out in any `per_ms` window, each hand-out noted in `starts`
+-- KEYS[9] serial_holders   KEYS[10] serial_waiting   KEYS[11] wake (optional, together): an
+--   acknowledged event that held a serial key frees it (see settle_serial in _prelude.lua)
+-- KEYS[12] counts (optional, with 9-11): acknowledged attempts leave its `under_way` and
+--   add to `finished` (see count_under_way in _prelude.lua)
 -- ARGV[1] count   ARGV[2] lease ms   ARGV[3] (optional) the deliveries to acknowledge: one
 -- JSON array [id, version, id, version, ...], versions as strings. One argument rather than
 -- two per event, because a client packs every argument of every call in Python.
@@ -21,7 +25,7 @@
 local now = server_time_ms()
 local lease = tonumber(ARGV[2])
 if ARGV[3] then
-  acknowledge_deliveries(KEYS[2], KEYS[3], cjson.decode(ARGV[3]))
+  acknowledge_deliveries(KEYS[2], KEYS[3], cjson.decode(ARGV[3]), serial_keys(KEYS, 9), KEYS[12])
 end
 if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
   return {now, -1, redis.call('LLEN', KEYS[1])}

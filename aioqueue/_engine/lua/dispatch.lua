@@ -4,11 +4,18 @@
 -- KEYS[7] rate, KEYS[8] starts (optional): with a rate limit, no more events are moved to
 --   the ready list than the current window still lets claims hand out, so events over the
 --   limit wait in the schedule, in due order, spending no attempt and no lease
+-- KEYS[9] serial_field   KEYS[10] serial_holders   KEYS[11] serial_waiting (optional,
+--   together): when serial_field names a payload field, a due event whose value of it is
+--   held by another live event is parked in serial_waiting instead (out of the schedule, no
+--   attempt spent) until that event settles; see the serial keys section of _prelude.lua
+-- KEYS[12] counts (optional, with 9-11): its `under_way` (envelopes with `due_at`, see
+--   count_under_way in _prelude.lua) follows the attempts this call starts, ends or parks
 -- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
 -- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
 -- lost worker only delays the event) and push its delivery (the envelope with its id). An
 -- event that already had all its attempts goes to the dead-letter set instead.
--- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit, ready length};
+-- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit, ready length,
+-- parked};
 -- limit is how many events this call was allowed to take (batch size, less when the ready
 -- list is full), ready length the length of the ready list after the call.
 
@@ -48,7 +55,7 @@ if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
   -- Paused (pause.lua): no earliest time, and a limit the call did not reach, so dispatchers
   -- sleep until resume.lua wakes them or their scheduling interval passes (a limit of 0
   -- would read as a full batch: go on at once).
-  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3])}
+  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0}
 end
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
@@ -61,11 +68,72 @@ if rate then
   local room = rate.room - ready_length  -- what waits in the ready list uses room too
   if room < 1 then
     -- Back when the window lets one more out; a limit not reached, so no busy loop.
-    return {0, 0, now, rate.next_ms, tonumber(ARGV[1]), ready_length}
+    return {0, 0, now, rate.next_ms, tonumber(ARGV[1]), ready_length, 0}
   end
   limit = math.min(limit, room)
 end
-local dispatched, buried = 0, 0
+-- Serial keys: the payload field, and per value met in this batch the id that holds it.
+local serial_field = KEYS[9] and redis.call('GET', KEYS[9])
+local holder_of = {}
+local taken, parked_envelopes, parked_ids, parked_members = {}, {}, {}, {}
+
+-- Whether event `id` may start now under serial key `value` (then it holds the value), or
+-- must be parked: another event holds the value and has not settled. A holder whose event
+-- is gone (removed by hand, or by a path that could not free the key) holds nothing.
+local function takes_serial_key(value, id)
+  local holder = holder_of[value]
+  if holder == nil then
+    holder = redis.call('HGET', KEYS[10], value)
+    if holder and holder ~= id and redis.call('HEXISTS', KEYS[2], holder) == 0 then
+      holder = false
+    end
+  end
+  if holder and holder ~= id then
+    holder_of[value] = holder
+    return false
+  end
+  holder_of[value] = id
+  taken[#taken + 1] = value
+  taken[#taken + 1] = id
+  return true
+end
+
+local dispatched, buried, parked = 0, 0, 0
+
+-- Writes the parks and takes of this call so far (they are batched, see call_chunked).
+local function write_serial_batch()
+  if #parked_ids > 0 then
+    call_chunked('HSET', KEYS[2], parked_envelopes)
+    call_chunked('ZREM', KEYS[1], parked_ids)
+    call_chunked('ZADD', KEYS[11], parked_members)
+    parked = parked + #parked_ids
+    parked_envelopes, parked_ids, parked_members = {}, {}, {}
+  end
+  if #taken > 0 then
+    call_chunked('HSET', KEYS[10], taken)
+    taken = {}
+  end
+end
+
+-- Frees the serial key value `held` that event `id` held (it died, or its replacement is
+-- under another value; see settle_serial). This call's parks and takes are written first,
+-- so that the earliest event parked on the value is found among them too and a value taken
+-- in this call stays taken. When a parked event comes back (due), the later events of the
+-- value in this call wait behind it: '' is a holder no id can be.
+local function free_serial_key(held, id)
+  if not KEYS[11] or type(held) ~= 'string' then
+    return
+  end
+  write_serial_batch()
+  local before = holder_of[held]
+  local moved = settle_serial(
+    {holders = KEYS[10], waiting = KEYS[11]}, KEYS[1], KEYS[2], {serial = held}, id)
+  if not before or before == id then
+    holder_of[held] = moved > 0 and '' or nil
+  end
+end
+
+local started, ended = 0, 0  -- attempts under way, for KEYS[12]
 local due = {}
 if limit > 0 then
   due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
@@ -111,18 +179,51 @@ if #due > 0 then
           if type(last_error) ~= 'string' then
             last_error = 'attempt ' .. attempt .. ' did not finish within the handler timeout'
           end
+          local held = {serial = envelope.serial}
+          if envelope.due_at ~= nil then
+            ended = ended + 1
+          end
           bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, envelope, last_error, now)
           buried = buried + 1
+          free_serial_key(held.serial, id)
         else
           envelope.id = nil  -- stored without it; the delivery puts it back in front
-          envelope.attempt = attempt + 1
-          envelope.due_at = score
-          local encoded = cjson.encode(envelope)
-          rewritten[#rewritten + 1] = id
-          rewritten[#rewritten + 1] = encoded
-          leases[#leases + 1] = now + lease
-          leases[#leases + 1] = id
-          deliveries[#deliveries + 1] = delivery_of(id, encoded)
+          local value = serial_field and serial_value(envelope, serial_field) or nil
+          if envelope.serial ~= nil and envelope.serial ~= value then
+            -- A replacement under another value (or none): free what the replaced version
+            -- held, before this one takes anything.
+            free_serial_key(envelope.serial, id)
+          end
+          if value and not takes_serial_key(value, id) then
+            -- Its value is busy: park it, due time kept, until the holder settles.
+            local at = parked_time(score)
+            if envelope.due_at ~= nil then
+              -- A lost worker's attempt, due again: it is over, and the next waits its turn.
+              envelope.due_at = nil
+              ended = ended + 1
+            end
+            envelope.serial = value
+            envelope.parked = at
+            parked_envelopes[#parked_envelopes + 1] = id
+            parked_envelopes[#parked_envelopes + 1] = cjson.encode(envelope)
+            parked_ids[#parked_ids + 1] = id
+            parked_members[#parked_members + 1] = 0
+            parked_members[#parked_members + 1] = serial_member(value, at, id)
+          else
+            envelope.serial = value  -- what acknowledge and fail free when it settles
+            envelope.parked = nil
+            if envelope.due_at == nil then
+              started = started + 1
+            end
+            envelope.attempt = attempt + 1
+            envelope.due_at = score
+            local encoded = cjson.encode(envelope)
+            rewritten[#rewritten + 1] = id
+            rewritten[#rewritten + 1] = encoded
+            leases[#leases + 1] = now + lease
+            leases[#leases + 1] = id
+            deliveries[#deliveries + 1] = delivery_of(id, encoded)
+          end
         end
       end
     end
@@ -130,6 +231,7 @@ if #due > 0 then
   if #orphans > 0 then
     call_chunked('ZREM', KEYS[1], orphans)
   end
+  write_serial_batch()
   if #deliveries > 0 then
     call_chunked('HSET', KEYS[2], rewritten)
     call_chunked('ZADD', KEYS[1], leases)
@@ -137,9 +239,10 @@ if #due > 0 then
     dispatched = #deliveries
   end
 end
+count_under_way(KEYS[12], started - ended)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local earliest = -1
 if first[2] and is_time(tonumber(first[2])) then
   earliest = tonumber(first[2])
 end
-return {dispatched, buried, now, earliest, limit, ready_length + dispatched}
+return {dispatched, buried, now, earliest, limit, ready_length + dispatched, parked}

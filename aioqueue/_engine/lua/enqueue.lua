@@ -7,6 +7,9 @@
 --   Spark run. An id it already holds was handled by an earlier attempt of the same task:
 --   that result is returned again and nothing is written, so a retried task cannot re-create
 --   an event a handler finished meanwhile. It expires a day after the run's last write.
+-- KEYS[5] or KEYS[6] counts (hash, optional; needs KEYS[4]; its name ends in ':counts',
+--   which tells it from a run record): its `under_way` loses one for each replacement of an
+--   event whose attempt is under way (see count_under_way in _prelude.lua)
 -- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it, or '1:<ms>' to
 --   replace it as a debounce bounded by max_wait ms: the series begins at the first enqueue
 --   (or when the pending version's attempt started), and no replacement makes the event due
@@ -24,16 +27,23 @@ local tag = string.match(KEYS[1], '{([^}]*)}')
 if tag ~= event_type and string.sub(tag or '', 1, #event_type + 1) ~= event_type .. '#' then
   return redis.error_reply('event type ' .. event_type .. ' does not own key ' .. KEYS[1])
 end
--- When the debounce series of `id` began: the pending version's, unless it has none or its
--- attempt is under way (then that version is being handled and a new series begins now).
-local function debounce_since(events, id, now)
+-- The pending version of `id`, decoded, or nil.
+local function pending_envelope(events, id)
   local stored = redis.call('HGET', events, id)
   if stored then
     local ok, envelope = pcall(cjson.decode, stored)
-    if ok and type(envelope) == 'table' and envelope.due_at == nil
-        and is_time(tonumber(envelope.since)) then
-      return tonumber(envelope.since)
+    if ok and type(envelope) == 'table' then
+      return envelope
     end
+  end
+  return nil
+end
+
+-- When the debounce series of `id` began: the pending version's, unless it has none or its
+-- attempt is under way (then that version is being handled and a new series begins now).
+local function debounce_since(previous, now)
+  if previous and previous.due_at == nil and is_time(tonumber(previous.since)) then
+    return tonumber(previous.since)
   end
   return now
 end
@@ -45,7 +55,15 @@ if first[2] then
   earliest = tonumber(first[2])
 end
 local sooner = false
-local record = KEYS[5]
+local record, counts = nil, nil
+for i = 5, 6 do
+  if KEYS[i] and string.sub(KEYS[i], -7) == ':counts' then
+    counts = KEYS[i]
+  elseif KEYS[i] then
+    record = KEYS[i]
+  end
+end
+local replaced_under_way = 0
 for i = 3, #ARGV, 5 do
   local id = ARGV[i]
   local recorded = record and redis.call('HGET', record, id)
@@ -58,12 +76,20 @@ for i = 3, #ARGV, 5 do
     if ARGV[i + 3] == 'delay' then
       due = now + due
     end
-    local since = nil
+    local since, serial = nil, nil
+    -- Only a replacement can have a previous version; a new event costs no read.
+    local previous = replace and pending_envelope(KEYS[2], id)
     if max_wait then
-      since = debounce_since(KEYS[2], id, now)
+      since = debounce_since(previous, now)
       due = math.min(due, since + max_wait)
     end
-    write_event(KEYS[1], KEYS[2], KEYS[3], id, ARGV[i + 1], ARGV[i + 2], due, since)
+    if previous and type(previous.serial) == 'string' then
+      serial = previous.serial
+    end
+    if previous and previous.due_at ~= nil then
+      replaced_under_way = replaced_under_way + 1
+    end
+    write_event(KEYS[1], KEYS[2], KEYS[3], id, ARGV[i + 1], ARGV[i + 2], due, since, serial)
     results[#results + 1] = 1
     if due < earliest then
       sooner = true
@@ -80,6 +106,7 @@ if record then
   call_chunked('HSET', record, outcomes)
   redis.call('EXPIRE', record, 86400)
 end
+count_under_way(counts, -replaced_under_way)
 if sooner and KEYS[4] then
   wake_dispatchers(KEYS[4])
 end

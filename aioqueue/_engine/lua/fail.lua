@@ -1,6 +1,11 @@
 -- Records a failed attempt: schedules the retry, or buries the event when it is out of
 -- attempts (or when ARGV[6] is '1': its payload can never be handled).
 -- KEYS[1] schedule   KEYS[2] events   KEYS[3] dead_letters   KEYS[4] dead_letter_times
+-- KEYS[5] serial_holders   KEYS[6] serial_waiting   KEYS[7] wake (optional, together): a
+--   buried event that held a serial key frees it; a retry keeps it (later events of its
+--   value wait for the retry)
+-- KEYS[8] counts (optional, with 5-7): this attempt leaves its `under_way` (see
+--   count_under_way in _prelude.lua)
 -- ARGV[1] id   ARGV[2] delivered version   ARGV[3] error text   ARGV[4] retry delay ms
 -- ARGV[5] max attempts   ARGV[6] '1' to bury now
 -- Returns 'retry', 'dead', or 'stale' when the event was cancelled or replaced meanwhile.
@@ -15,12 +20,19 @@ if not ok or type(envelope) ~= 'table' or tostring(envelope.version) ~= ARGV[2] 
 end
 local now = server_time_ms()
 if ARGV[6] == '1' or (tonumber(envelope.attempt) or 0) >= tonumber(ARGV[5]) then
+  local serial = serial_keys(KEYS, 5)
+  local held = {serial = envelope.serial}
+  count_under_way(KEYS[8], envelope.due_at ~= nil and -1 or 0)
   bury(KEYS[1], KEYS[2], KEYS[3], KEYS[4], id, envelope, ARGV[3], now)
+  if settle_serial(serial, KEYS[1], KEYS[2], held, id) > 0 then
+    wake_dispatchers(serial.wake)
+  end
   return 'dead'
 end
 envelope.error = ARGV[3]
 -- The attempt is over: only an event whose attempt is under way carries `due_at`, which is
 -- how `aioqueue stats` tells in-flight events from those waiting for their retry.
+count_under_way(KEYS[8], envelope.due_at ~= nil and -1 or 0)
 envelope.due_at = nil
 redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), id)

@@ -4,6 +4,8 @@
 -- old due time), so a long pause neither spends attempts nor lets leases run out unclaimed.
 -- Handlers already running finish as usual.
 -- KEYS[1] paused   KEYS[2] ready   KEYS[3] schedule   KEYS[4] events
+-- KEYS[5] counts (optional): the returned deliveries leave its `under_way` (see
+--   count_under_way in _prelude.lua)
 -- Returns how many waiting deliveries went back to the schedule.
 -- The flag is a hash field (`paused` -> server time of the pause, ms), and the ready list is
 -- emptied by LPOP, so a service's ACL user needs no command beyond what the queue needs.
@@ -30,4 +32,5 @@ for _, raw in ipairs(copies) do
     end
   end
 end
+count_under_way(KEYS[5], -returned)
 return returned

@@ -22,6 +22,7 @@ envelope.attempt = 0
 envelope.error = nil
 envelope.died_at = nil
 envelope.due_at = nil
+envelope.parked = nil  -- left by a dispatch that parked it on its serial key
 envelope.since = nil  -- a requeued event starts afresh, also as a debounce series
 envelope.version = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[2], id, cjson.encode(envelope))

@@ -1,0 +1,37 @@
+"""A type's serial key as recorded in Redis (the `serial_field` key in the type's hash tag):
+the payload field whose value dispatch.lua serialises, for every service of the prefix."""
+
+from __future__ import annotations
+
+from .client import RedisClient, within_reply_timeout
+from .envelope import text
+from .keys import QueueLayout
+from .recovery import logger
+
+__all__ = ["read_serial_field", "record_serial_field"]
+
+
+async def read_serial_field(client: RedisClient, layout: QueueLayout) -> str | None:
+    """The payload field the type's events are serialised on, or None."""
+    recorded = await within_reply_timeout(client.get(layout.all_keys[0].serial_field))
+    return None if recorded is None else text(recorded)
+
+
+async def record_serial_field(client: RedisClient, layout: QueueLayout, wanted: str) -> str:
+    """Records `wanted` unless a field is recorded already; returns the one in force, and logs
+    when that is not `wanted` (the recorded one wins: every service must serialise on the same
+    field, or two of them could run events of one key at once)."""
+    keys = layout.all_keys[0]
+    if await within_reply_timeout(client.set(keys.serial_field, wanted, nx=True)):
+        return wanted
+    recorded = await read_serial_field(client, layout)
+    if recorded is not None and recorded != wanted:
+        logger.warning(
+            "%s sets __serial_key__ = %r here, but %r is recorded in Redis and holds for every "
+            "service; delete the key %s to change it, with no service of the type running",
+            layout.event_type,
+            wanted,
+            recorded,
+            keys.serial_field,
+        )
+    return recorded or wanted
