@@ -22,7 +22,7 @@ from tests.support import PaymentCheck, Recorder, wait_until
 Builder = Callable[[], EventServiceBuilder]
 LAYOUT = QueueLayout("aioqueue", "PaymentCheck")
 LIMIT = 50
-EVENTS = 150
+EVENTS = 300  # the size: six windows of the limit
 # Starts are timed here, claims (which the limit counts) on the server a little earlier: a
 # window this much shorter than `per` holds starts whose claims fit in one window of `per`.
 JITTER = 0.02
