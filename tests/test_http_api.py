@@ -228,7 +228,7 @@ async def test_stats_dead_letters_and_requeue(
     requeued = await http.post("/dead-letters/Invoice/i-0/requeue")
     assert (requeued.status_code, requeued.json()["result"]) == (200, "requeued")
     envelope = await stored_envelope(redis_client, "Invoice", "i-0")
-    assert envelope["attempt"] == 0
+    assert envelope.get("attempt", 0) == 0
     assert (await http.post("/dead-letters/Invoice/i-0/requeue")).status_code == 404
     pending = await http.post("/dead-letters/Invoice/i-2/requeue")
     assert (pending.status_code, pending.json()["result"]) == (409, "pending")

@@ -447,7 +447,7 @@ class QueueModel:
                 assert "parked" in _fields(raw), f"{event_id} left the schedule unparked"
                 event.parked = True
                 parked.add(event_id)
-            elif _fields(raw)["attempt"] == event.attempt + 1:
+            elif _fields(raw).get("attempt", 0) == event.attempt + 1:
                 event.attempt += 1
                 event.due_now = lease_ms == 0
                 event.under_way = True
@@ -615,7 +615,7 @@ class QueueModel:
             if event.parked:
                 continue
             stored = _fields(events[event_id])
-            assert (stored["version"], stored["attempt"]) == (event.version, event.attempt)
+            assert (stored["version"], stored.get("attempt", 0)) == (event.version, event.attempt)
             assert stored["payload"] == event.payload
             assert stored.get("error") == event.error
             assert stored.get("since") == event.since
@@ -626,7 +626,7 @@ class QueueModel:
         assert set(state.dead_letters) == state.dead_letter_times == set(self.dead)
         for event_id, event in self.dead.items():
             letter = _fields(state.dead_letters[event_id])
-            assert (letter["id"], letter["version"], letter["attempt"]) == (
+            assert (letter["id"], letter["version"], letter.get("attempt", 0)) == (
                 event_id,
                 event.version,
                 event.attempt,

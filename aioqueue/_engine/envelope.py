@@ -50,7 +50,7 @@ class Envelope:
                 event_type=_str(fields.get("type", event_type), "type"),
                 payload=_str(fields.get("payload"), "payload"),
                 context=_context(fields),
-                attempt=int(fields["attempt"]),
+                attempt=int(fields.get("attempt", 0)),  # left out while 0
                 version=int(fields["version"]),
                 due_at=int(fields.get("due_at") or 0),
             )

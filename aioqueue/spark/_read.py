@@ -242,7 +242,8 @@ def _row(task: _Slice, event_id: str, score: float, raw: bytes | str) -> tuple[A
         event_id,
         task.event_type,
         int(score) if pending else _integer(fields.get("due_at")),
-        _integer(fields.get("attempt")),
+        # Left out of an envelope while 0; unknown (null) when the envelope was unreadable.
+        _integer(fields.get("attempt", 0 if "payload" in fields else None)),
         payload if isinstance(payload, str) else None,
         {k: v for k, v in context.items() if isinstance(v, str)}
         if isinstance(context, dict)

@@ -14,9 +14,11 @@ end
 -- keys section below), nil for a new event.
 local function write_event(schedule, events, sequence, id, payload, context, due, since, serial)
   -- The type is left out: the key's hash tag says it, and every byte counts in a backlog.
+  -- `attempt` is left out while 0, as everything that reads it knows: 12 bytes less puts a
+  -- typical envelope in a smaller allocation (64 bytes rather than 80) for every event of
+  -- a backlog.
   local envelope = {
     payload = payload,
-    attempt = 0,
     version = redis.call('INCR', sequence),
     -- A debounced event (enqueue with max_wait) remembers when its series began: later
     -- replacements never push it past since + max_wait. Absent otherwise.

@@ -24,7 +24,8 @@ for _, raw in ipairs(copies) do
     local envelope = cjson.decode(stored)
     local due = tonumber(envelope.due_at)
     if is_time(due) then
-      envelope.attempt = math.max(0, (tonumber(envelope.attempt) or 1) - 1)
+      local attempt = math.max(0, (tonumber(envelope.attempt) or 1) - 1)
+      envelope.attempt = attempt > 0 and attempt or nil  -- 0 is left out (see write_event)
       envelope.due_at = nil
       redis.call('HSET', KEYS[4], id, cjson.encode(envelope))
       redis.call('ZADD', KEYS[3], due, id)

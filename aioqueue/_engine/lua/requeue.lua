@@ -18,7 +18,7 @@ if not ok or type(envelope) ~= 'table' or type(envelope.payload) ~= 'string' the
 end
 local now = server_time_ms()
 envelope.id = nil
-envelope.attempt = 0
+envelope.attempt = nil  -- a fresh count: 0, left out (see write_event in _prelude.lua)
 envelope.error = nil
 envelope.died_at = nil
 envelope.due_at = nil
