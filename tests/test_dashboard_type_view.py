@@ -102,6 +102,22 @@ async def test_a_type_page_shows_its_schedule_and_its_buttons_act(
     assert browser.find_elements(By.CSS_SELECTOR, "#type-lateness-chart polyline")
     assert browser.find_elements(By.CSS_SELECTOR, "#type-throughput-chart polyline")
 
+    # Pause and Resume, from the type's own page, for every service.
+    def delivery() -> str:
+        # One script call: the row is redrawn on every refresh.
+        shown = browser.execute_script(
+            "const td = document.querySelector('#type-stats td[data-field=\"paused\"]');"
+            "return td ? td.textContent : '';"
+        )
+        return str(shown)
+
+    await anyio.to_thread.run_sync(click, browser, "#type-stats .pause-toggle")
+    await wait_for(lambda: delivery() == "paused Resume")
+    assert await redis_client.hexists(queue_key("Reminder", "paused"), "paused")
+    await anyio.to_thread.run_sync(click, browser, "#type-stats .pause-toggle")
+    await wait_for(lambda: delivery() == "Pause")
+    assert not await redis_client.hexists(queue_key("Reminder", "paused"), "paused")
+
     # Paging: the second page holds the last five, the first page comes back.
     await anyio.to_thread.run_sync(click, browser, "#next-page")
     await wait_for(lambda: [row[0] for row in page(browser)["rows"]][:1] == ["z-15"])
