@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from spark_schedule import local_spark
 
 from aioqueue.spark import read_pending
 
@@ -40,17 +40,7 @@ def descendants(pid: int) -> list[int]:
 
 
 def main(url: str, event_type: str) -> None:
-    # The workers run this interpreter, the one with aioqueue, not whatever `python3` is.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("aioqueue read_pending benchmark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
+    spark = local_spark("aioqueue read_pending benchmark")
     try:
         jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
         started = time.perf_counter()

@@ -742,6 +742,17 @@ def queue_model(url: str) -> Iterator[QueueModel]:
         model.close()
 
 
+def run_and_check(url: str, steps: list[Step], *, serial_keys: bool) -> None:
+    """Runs `steps` on an empty server, checking Redis against the model after each one."""
+    with queue_model(url) as model:
+        assert model.run(model.client.dbsize()) == 0
+        if serial_keys:
+            model.toggle_serial_key()
+        for step in steps:
+            model.apply(step)
+            model.check_redis_holds_exactly_the_model()
+
+
 # A failure is shrunk for up to 5 minutes (Hypothesis's own limit) before it is reported.
 @pytest.mark.timeout(400)
 # Reporting a failure imports libcst where it is installed, which warns on import.
@@ -753,11 +764,7 @@ def test_no_sequence_of_operations_loses_or_invents_an_event(
 ) -> None:
     """After every step Redis must hold exactly what the model holds; Hypothesis shrinks a
     failure to the shortest sequence of steps that shows it."""
-    with queue_model(redis_server.url) as model:
-        assert model.run(model.client.dbsize()) == 0
-        for step in steps:
-            model.apply(step)
-            model.check_redis_holds_exactly_the_model()
+    run_and_check(redis_server.url, steps, serial_keys=False)
 
 
 @pytest.mark.timeout(400)
@@ -768,9 +775,4 @@ def test_no_sequence_of_operations_runs_two_events_of_a_key_or_strands_a_parked_
     redis_server: EmbeddedServer, steps: list[Step]
 ) -> None:
     """The same model and checks with serial keys on from the start (the payload's `n`)."""
-    with queue_model(redis_server.url) as model:
-        assert model.run(model.client.dbsize()) == 0
-        model.toggle_serial_key()
-        for step in steps:
-            model.apply(step)
-            model.check_redis_holds_exactly_the_model()
+    run_and_check(redis_server.url, steps, serial_keys=True)

@@ -169,15 +169,15 @@ local function unpark_next(waiting, schedule, events, value)
   return 0
 end
 
--- After the event `id`, whose envelope says it ran under serial key `value`, settled
--- (succeeded, died or was cancelled): frees the value if the event held it and lets the
--- next parked event of the value go. Returns 1 when an event went back to the schedule.
--- `serial` is nil for a caller without the serial keys: nothing to do then.
-local function settle_serial(serial, schedule, events, envelope, id)
-  if not serial or type(envelope) ~= 'table' or type(envelope.serial) ~= 'string' then
+-- After the event `id`, whose envelope says (field `serial`) it ran under serial key
+-- `value`, settled (succeeded, died or was cancelled): frees the value if the event held it
+-- and lets the next parked event of the value go. Returns 1 when an event went back to the
+-- schedule. `serial` is nil for a caller without the serial keys, `value` nil for an event
+-- without a key: nothing to do then.
+local function settle_serial(serial, schedule, events, value, id)
+  if not serial or type(value) ~= 'string' then
     return 0
   end
-  local value = envelope.serial
   local holder = redis.call('HGET', serial.holders, value)
   if holder == id then
     redis.call('HDEL', serial.holders, value)
@@ -245,13 +245,40 @@ local function hmget_all(key, fields)
   return values
 end
 
+-- Sorts ready-list entries `raws` by what claim.lua makes of them, reading their events with
+-- one HMGET: the current deliveries (byte for byte the stored envelope with its id in front,
+-- see delivery_of), as parallel lists of ids, deliveries and stored envelopes, in list
+-- order; and the entries that are no delivery at all. Stale copies (of events cancelled,
+-- replaced or re-dispatched since) are in neither.
+local function current_deliveries(events, raws)
+  local ids, readable, unreadable = {}, {}, {}
+  for _, raw in ipairs(raws) do
+    local id = delivery_id(raw)
+    if id then
+      ids[#ids + 1] = id
+      readable[#readable + 1] = raw
+    else
+      unreadable[#unreadable + 1] = raw
+    end
+  end
+  local stored = hmget_all(events, ids)
+  local current_ids, deliveries, envelopes = {}, {}, {}
+  for i, raw in ipairs(readable) do
+    if stored[i] and delivery_of(ids[i], stored[i]) == raw then
+      current_ids[#current_ids + 1] = ids[i]
+      deliveries[#deliveries + 1] = raw
+      envelopes[#envelopes + 1] = stored[i]
+    end
+  end
+  return current_ids, deliveries, envelopes, unreadable
+end
+
 -- Deletes events whose handlers succeeded, each only if it is still the delivered version:
 -- a replace that happened while the handler ran keeps the new version scheduled. Deleting a
 -- version twice is harmless, so callers may retry. `delivered` holds id, version, id,
 -- version... (versions as strings). Returns how many events it deleted.
 -- With `serial` (see serial_keys), each deleted event that held a serial key frees it; with
 -- `counts`, the deleted attempts leave `under_way` and count as `finished`.
--- Returns how many events it deleted and how many parked events went back to the schedule.
 local function acknowledge_deliveries(schedule, events, delivered, serial, counts)
   local ids, versions = {}, {}
   for i = 1, #delivered, 2 do
@@ -259,7 +286,7 @@ local function acknowledge_deliveries(schedule, events, delivered, serial, count
     versions[#versions + 1] = delivered[i + 1]
   end
   if #ids == 0 then
-    return 0, 0
+    return 0
   end
   local stored = hmget_all(events, ids)
   local finished, keyed, ended = {}, {}, 0
@@ -272,13 +299,13 @@ local function acknowledge_deliveries(schedule, events, delivered, serial, count
           ended = ended + 1
         end
         if envelope.serial ~= nil then
-          keyed[#keyed + 1] = {ids[i], envelope}
+          keyed[#keyed + 1] = {ids[i], envelope.serial}
         end
       end
     end
   end
   if #finished == 0 then
-    return 0, 0
+    return 0
   end
   call_chunked('ZREM', schedule, finished)
   local deleted = call_chunked('HDEL', events, finished)
@@ -293,7 +320,7 @@ local function acknowledge_deliveries(schedule, events, delivered, serial, count
   if unparked > 0 then
     wake_dispatchers(serial.wake)
   end
-  return deleted, unparked
+  return deleted
 end
 
 

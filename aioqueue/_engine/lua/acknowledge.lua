@@ -6,5 +6,4 @@
 --   to `finished` (see count_under_way in _prelude.lua)
 -- ARGV: pairs of (id, version)
 -- Returns the number of events deleted.
-local deleted = acknowledge_deliveries(KEYS[1], KEYS[2], ARGV, serial_keys(KEYS, 3), KEYS[6])
-return deleted
+return acknowledge_deliveries(KEYS[1], KEYS[2], ARGV, serial_keys(KEYS, 3), KEYS[6])

@@ -14,11 +14,13 @@ local removed = redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 if stored then
   local ok, envelope = pcall(cjson.decode, stored)
-  if ok and type(envelope) == 'table' and envelope.due_at ~= nil then
-    count_under_way(KEYS[6], -1)
-  end
-  if ok and settle_serial(serial, KEYS[1], KEYS[2], envelope, ARGV[1]) > 0 then
-    wake_dispatchers(serial.wake)
+  if ok and type(envelope) == 'table' then
+    if envelope.due_at ~= nil then
+      count_under_way(KEYS[6], -1)
+    end
+    if settle_serial(serial, KEYS[1], KEYS[2], envelope.serial, ARGV[1]) > 0 then
+      wake_dispatchers(serial.wake)
+    end
   end
 end
 return removed

@@ -48,32 +48,20 @@ if not popped then
   return result
 end
 result[2] = redis.call('LLEN', KEYS[1])
-local ids, deliveries = {}, {}
-for _, raw in ipairs(popped) do
-  local id = delivery_id(raw)
-  if id then
-    ids[#ids + 1] = id
-    deliveries[#deliveries + 1] = raw
-  else
-    -- Not ours to interpret, but never dropped silently.
-    local id = 'unreadable:' .. redis.sha1hex(raw)
-    bury(KEYS[2], KEYS[3], KEYS[4], KEYS[5], id, {id = id, raw = raw},
-      'ready list entry is not a valid envelope', now)
-  end
+local ids, deliveries, _, unreadable = current_deliveries(KEYS[3], popped)
+for _, raw in ipairs(unreadable) do
+  -- Not ours to interpret, but never dropped silently.
+  local id = 'unreadable:' .. redis.sha1hex(raw)
+  bury(KEYS[2], KEYS[3], KEYS[4], KEYS[5], id, {id = id, raw = raw},
+    'ready list entry is not a valid envelope', now)
 end
-if #ids == 0 then
-  return result
-end
-local stored = hmget_all(KEYS[3], ids)
 local leases, started = {}, {}
 for i, raw in ipairs(deliveries) do
-  if stored[i] and delivery_of(ids[i], stored[i]) == raw then
-    leases[#leases + 1] = now + lease
-    leases[#leases + 1] = ids[i]
-    result[#result + 1] = raw
-    started[#started + 1] = now
-    started[#started + 1] = ids[i] .. '@' .. now
-  end
+  leases[#leases + 1] = now + lease
+  leases[#leases + 1] = ids[i]
+  result[#result + 1] = raw
+  started[#started + 1] = now
+  started[#started + 1] = ids[i] .. '@' .. now
 end
 if #leases > 0 then
   call_chunked('ZADD', KEYS[2], leases, 'XX')

@@ -126,8 +126,7 @@ local function free_serial_key(held, id)
   end
   write_serial_batch()
   local before = holder_of[held]
-  local moved = settle_serial(
-    {holders = KEYS[10], waiting = KEYS[11]}, KEYS[1], KEYS[2], {serial = held}, id)
+  local moved = settle_serial({holders = KEYS[10], waiting = KEYS[11]}, KEYS[1], KEYS[2], held, id)
   if not before or before == id then
     holder_of[held] = moved > 0 and '' or nil
   end
@@ -179,13 +178,12 @@ if #due > 0 then
           if type(last_error) ~= 'string' then
             last_error = 'attempt ' .. attempt .. ' did not finish within the handler timeout'
           end
-          local held = {serial = envelope.serial}
           if envelope.due_at ~= nil then
             ended = ended + 1
           end
           bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, envelope, last_error, now)
           buried = buried + 1
-          free_serial_key(held.serial, id)
+          free_serial_key(envelope.serial, id)
         else
           envelope.id = nil  -- stored without it; the delivery puts it back in front
           local value = serial_field and serial_value(envelope, serial_field) or nil

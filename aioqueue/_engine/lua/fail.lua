@@ -19,20 +19,19 @@ if not ok or type(envelope) ~= 'table' or tostring(envelope.version) ~= ARGV[2] 
   return 'stale'
 end
 local now = server_time_ms()
+-- The attempt is over, whether a retry or the dead letters follow.
+count_under_way(KEYS[8], envelope.due_at ~= nil and -1 or 0)
 if ARGV[6] == '1' or (tonumber(envelope.attempt) or 0) >= tonumber(ARGV[5]) then
   local serial = serial_keys(KEYS, 5)
-  local held = {serial = envelope.serial}
-  count_under_way(KEYS[8], envelope.due_at ~= nil and -1 or 0)
   bury(KEYS[1], KEYS[2], KEYS[3], KEYS[4], id, envelope, ARGV[3], now)
-  if settle_serial(serial, KEYS[1], KEYS[2], held, id) > 0 then
+  if settle_serial(serial, KEYS[1], KEYS[2], envelope.serial, id) > 0 then
     wake_dispatchers(serial.wake)
   end
   return 'dead'
 end
 envelope.error = ARGV[3]
--- The attempt is over: only an event whose attempt is under way carries `due_at`, which is
--- how `aioqueue stats` tells in-flight events from those waiting for their retry.
-count_under_way(KEYS[8], envelope.due_at ~= nil and -1 or 0)
+-- Only an event whose attempt is under way carries `due_at`, which is how `aioqueue stats`
+-- tells in-flight events from those waiting for their retry.
 envelope.due_at = nil
 redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), id)

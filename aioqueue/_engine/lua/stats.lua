@@ -17,32 +17,18 @@ local dead = redis.call('HLEN', KEYS[4])
 local counted = redis.call('HMGET', KEYS[5], 'under_way', 'finished')
 local under_way = tonumber(counted[1]) or 0
 local finished = tonumber(counted[2]) or 0
-local earliest_due, ready_head_due, ready_current = -1, -1, 0
+local earliest_due, ready_head_due = -1, -1
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] and tonumber(first[2]) <= now then
   earliest_due = tonumber(first[2])
 end
-local ready = redis.call('LRANGE', KEYS[3], 0, -1)
-local ids, readable = {}, {}
-for _, raw in ipairs(ready) do
-  local id = delivery_id(raw)
-  if id then
-    ids[#ids + 1] = id
-    readable[#readable + 1] = raw
-  end
-end
--- One HMGET for the whole list (see call_chunked).
-local stored_envelopes = hmget_all(KEYS[2], ids)
-for i, raw in ipairs(readable) do
-  local id, stored = ids[i], stored_envelopes[i]
-  if stored and delivery_of(id, stored) == raw then
-    ready_current = ready_current + 1
-    if ready_head_due < 0 then
-      local ok, envelope = pcall(cjson.decode, raw)
-      if ok and type(envelope) == 'table' and type(envelope.due_at) == 'number' then
-        ready_head_due = envelope.due_at
-      end
-    end
+local _, deliveries = current_deliveries(KEYS[2], redis.call('LRANGE', KEYS[3], 0, -1))
+local ready_current = #deliveries
+for _, raw in ipairs(deliveries) do
+  local ok, envelope = pcall(cjson.decode, raw)
+  if ok and type(envelope) == 'table' and type(envelope.due_at) == 'number' then
+    ready_head_due = envelope.due_at
+    break
   end
 end
 return {now, pending, due_now, ready_current, dead, under_way, earliest_due, ready_head_due,
