@@ -84,7 +84,7 @@ async def test_requeue_one_resets_its_attempts(
     envelope = await stored_envelope(redis_client, "Invoice", "i-0")
     assert envelope.get("attempt", 0) == 0
     assert "error" not in envelope
-    assert orjson.loads(envelope["payload"]) == {"amount": 0}
+    assert orjson.loads(envelope["p"]) == {"amount": 0}
     assert await redis_client.hexists(queue_key("Invoice", "dead_letters"), "i-0") == 0
     assert await redis_client.zscore(queue_key("Invoice", "schedule"), "i-0") is not None
 

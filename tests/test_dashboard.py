@@ -144,7 +144,7 @@ async def test_numbers_match_redis_and_requeue_button_requeues(
 
         assert await redis_client.hexists(queue_key("Invoice", "dead_letters"), "i-0") == 0
         envelope = await stored_envelope(redis_client, "Invoice", "i-0")
-        assert (envelope.get("attempt", 0), orjson.loads(envelope["payload"])) == (0, {"amount": 0})
+        assert (envelope.get("attempt", 0), orjson.loads(envelope["p"])) == (0, {"amount": 0})
         after = await redis_queues(redis_client)
         assert after["Invoice"] == dict(pending=1, due_now=1, ready=0, in_flight=0, dead=1)
         await wait_for(lambda: shown_queues(browser) == after)
@@ -167,7 +167,7 @@ async def test_a_dead_letter_whose_id_has_slashes_is_shown_and_requeued(
     message = browser.find_element(By.ID, "message")
     await wait_for(lambda: message.text == f"Invoice {odd_id}: requeued")
     envelope = await stored_envelope(redis_client, "Invoice", odd_id)
-    assert (envelope.get("attempt", 0), orjson.loads(envelope["payload"])) == (0, {"amount": 7})
+    assert (envelope.get("attempt", 0), orjson.loads(envelope["p"])) == (0, {"amount": 7})
     await wait_for(lambda: shown_dead_letters(browser) == {})
 
 

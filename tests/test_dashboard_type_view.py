@@ -149,7 +149,7 @@ async def test_a_type_page_shows_its_schedule_and_its_buttons_act(
     envelope = await stored_envelope(redis_client, "Reminder", "r-2")
     assert shown_detail["state"] == "waiting"
     assert shown_detail["attempt"] == str(envelope.get("attempt", 0)) == "0"
-    assert orjson.loads(shown_detail["payload"]) == orjson.loads(envelope["payload"])
+    assert orjson.loads(shown_detail["payload"]) == orjson.loads(envelope["p"])
     assert orjson.loads(shown_detail["payload"]) == {"note": "note r-2"}
     await anyio.to_thread.run_sync(click, browser, "#detail-actions .cancel")
     await wait_for(lambda: page(browser)["message"] == "Reminder r-2: cancelled")
@@ -170,7 +170,7 @@ async def test_a_dead_event_is_requeued_from_its_detail_view(
     await anyio.to_thread.run_sync(click, browser, "#detail-actions .requeue")
     await wait_for(lambda: page(browser)["message"] == f"Invoice {odd_id}: requeued")
     envelope = await stored_envelope(redis_client, "Invoice", odd_id)
-    assert (envelope.get("attempt", 0), orjson.loads(envelope["payload"])) == (0, {"amount": 8})
+    assert (envelope.get("attempt", 0), orjson.loads(envelope["p"])) == (0, {"amount": 8})
     await wait_for(lambda: (detail(browser) or {}).get("state") == "due")
 
 

@@ -113,10 +113,10 @@ def envelope(event_id: str, **changes: object) -> str:
     fields = {
         "id": event_id,
         "type": "PaymentCheck",
-        "payload": '{"order_id": 1}',
+        "p": '{"order_id": 1}',
         "context": {},
         "attempt": 0,
-        "version": 1,
+        "v": 1,
         "enqueued_at": 0,
     }
     fields.update(changes)
@@ -131,14 +131,14 @@ async def test_malformed_events_are_dead_lettered_and_the_consumer_goes_on(
     """Unusable envelopes and payloads must end in the dead letters with the reason, and must
     neither reach the handler nor stop it from getting the next good event."""
     written = {
-        "bad-json": envelope("bad-json", payload="{not json"),
-        "missing-field": envelope("missing-field", payload="{}"),
-        "other-type": envelope("other-type", type="OrderTimeout", payload="{}"),
+        "bad-json": envelope("bad-json", p="{not json"),
+        "missing-field": envelope("missing-field", p="{}"),
+        "other-type": envelope("other-type", type="OrderTimeout", p="{}"),
         "not-an-envelope": "this is not JSON",
         # Envelopes a consumer could neither settle nor claim, from a careless producer.
-        "no-version": envelope("no-version", version=None),
+        "no-version": envelope("no-version", v=None),
         "wrong-id": envelope("another-id"),
-        "payload-object": envelope("payload-object", payload={"order_id": 1}),
+        "payload-object": envelope("payload-object", p={"order_id": 1}),
         "bad-context": envelope("bad-context", context={"retries": 3}),
     }
     for event_id, raw in written.items():

@@ -121,7 +121,7 @@ async def test_enqueue_keeps_a_pending_event_unless_replace_is_given(
         assert await service.enqueue(PaymentCheck(id="p-1", order_id=1), timedelta(hours=1))
         assert await service.enqueue(PaymentCheck(id="p-1", order_id=2), 0) is False
         kept = await stored_envelope(redis_client, "p-1")
-        assert orjson.loads(kept["payload"]) == {"order_id": 1}
+        assert orjson.loads(kept["p"]) == {"order_id": 1}
         assert await due_ms(redis_client, "p-1") > await server_time_ms(redis_client) + 3_500_000
 
         before = await server_time_ms(redis_client)

@@ -3,7 +3,7 @@
 Hypothesis generates sequences of enqueue, replace, debounced replace (max_wait), cancel,
 reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
 payload's `n` is the key), dispatch, claim, success, failure, crash, lease extension,
-browsing and requeue,
+browsing, requeue, and envelopes rewritten with the long keys an older release wrote,
 run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly as the library runs
 them) and, after every step, compares
 everything in Redis with a small model of the queue: no event may be lost (every pending
@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aioqueue._engine.browse import inspect_event, pending_page, reschedule
-from aioqueue._engine.envelope import Envelope, text
+from aioqueue._engine.envelope import Envelope, stored_payload, stored_version, text
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.pausing import pause, resume
 from aioqueue._engine.rate_limits import set_rate_limit
@@ -74,6 +74,7 @@ OPERATIONS = st.sampled_from(
     + ["success"] * 2
     + ["failure"] * 2
     + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "browse"]
+    + ["legacy"]
 )
 PAYLOADS = st.integers(min_value=0, max_value=3).map(lambda n: f'{{"n":{n}}}')
 
@@ -134,7 +135,7 @@ SERIAL_STEPS = step_lists(
         + ["success"] * 3
         + ["failure"] * 2
         + ["replace", "cancel", "reschedule", "serial", "crash", "browse", "requeue"]
-        + ["undecodable", "replace-held", "cancel-held", "pause", "resume"]
+        + ["undecodable", "replace-held", "cancel-held", "pause", "resume", "legacy"]
     ),
     st.sampled_from(["a", "b", "c", "d"]),
     st.integers(min_value=0, max_value=1).map(lambda n: f'{{"n":{n}}}'),
@@ -270,6 +271,8 @@ class QueueModel:
             self.claim(step.count, step.lease_ms)
         elif operation == "browse":
             self.browse(step.count)
+        elif operation == "legacy":
+            self.rewrite_with_long_keys(step.event_id)
         elif self.held:
             self.settle(operation, step.index, step.payload, step.delay_ms)
         self._note_unparked()
@@ -371,6 +374,20 @@ class QueueModel:
         else:
             assert outcome == "requeued"
             self._schedule(event_id, self.dead.pop(event_id).payload, 0)
+
+    def rewrite_with_long_keys(self, event_id: str) -> None:
+        """Rewrites the event's stored envelope and dead letter with `payload` and `version`,
+        as aioqueue 0.1 wrote them: nothing the model knows may change. An event with a copy
+        in the ready list is left alone: a copy and the stored text it must equal are always
+        written together, by one release."""
+        if any(copy.event_id == event_id for copy in self.ready):
+            return
+        long_keys = {"p": "payload", "v": "version"}
+        for key in (KEYS.events, KEYS.dead_letters):
+            raw = cast("bytes | None", self.run(self.client.hget(key, event_id)))
+            if raw is not None:
+                fields = {long_keys.get(name, name): value for name, value in _fields(raw).items()}
+                self.run(self.client.hset(key, event_id, orjson.dumps(fields)))
 
     # -- dispatching and claiming -------------------------------------------------------------
 
@@ -615,8 +632,11 @@ class QueueModel:
             if event.parked:
                 continue
             stored = _fields(events[event_id])
-            assert (stored["version"], stored.get("attempt", 0)) == (event.version, event.attempt)
-            assert stored["payload"] == event.payload
+            assert (stored_version(stored), stored.get("attempt", 0)) == (
+                event.version,
+                event.attempt,
+            )
+            assert stored_payload(stored) == event.payload
             assert stored.get("error") == event.error
             assert stored.get("since") == event.since
             if event.due_now:
@@ -626,7 +646,7 @@ class QueueModel:
         assert set(state.dead_letters) == state.dead_letter_times == set(self.dead)
         for event_id, event in self.dead.items():
             letter = _fields(state.dead_letters[event_id])
-            assert (letter["id"], letter["version"], letter.get("attempt", 0)) == (
+            assert (letter["id"], stored_version(letter), letter.get("attempt", 0)) == (
                 event_id,
                 event.version,
                 event.attempt,

@@ -101,12 +101,12 @@ async def test_replace_overwrites_payload_context_and_due_time(
     await off_loop(schedule_dataframe, first, PaymentCheck, **options)
     kept = await off_loop(schedule_dataframe, second, PaymentCheck, **options)
     assert kept == ScheduleResult(scheduled=0, already_pending=2)
-    assert (await envelopes(redis_client))["p-1"]["payload"] == '{"order_id":1}'
+    assert (await envelopes(redis_client))["p-1"]["p"] == '{"order_id":1}'
 
     replaced = await off_loop(schedule_dataframe, second, PaymentCheck, replace=True, **options)
     assert replaced == ScheduleResult(scheduled=2, already_pending=0)
     stored = await envelopes(redis_client)
-    assert stored["p-1"]["payload"] == '{"order_id":10}'
+    assert stored["p-1"]["p"] == '{"order_id":10}'
     assert stored["p-2"]["context"] == {"source": "b"}
     assert stored["p-2"].get("attempt", 0) == 0
     assert await redis_client.zscore(SCHEDULE, "p-1") == DUE_MS
@@ -127,7 +127,7 @@ async def test_envelopes_match_what_the_service_writes(
         schedule_dataframe, orders, PaymentCheck, url=redis_url, due_col="due", context_cols=["k"]
     )
     stored = await envelopes(redis_client)
-    ignored = ("id", "version", "enqueued_at")
+    ignored = ("id", "v", "enqueued_at")
     service_side = {k: v for k, v in stored["p-1"].items() if k not in ignored}
     spark_side = {k: v for k, v in stored["p-2"].items() if k not in ignored}
     assert spark_side == service_side
@@ -149,7 +149,7 @@ async def test_payload_columns_become_one_json_object_with_nulls_kept(
         url=redis_url,
         payload_cols=["order_id", "tags", "address", "placed", "amount"],
     )
-    payload = (await envelopes(redis_client))["p-1"]["payload"]
+    payload = (await envelopes(redis_client))["p-1"]["p"]
     assert payload == (
         '{"order_id":5,"tags":["a","b"],"address":{"city":"Oslo","zip":null},'
         '"placed":"2024-01-01T00:00:00.000Z","amount":12.50}'

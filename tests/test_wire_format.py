@@ -11,13 +11,14 @@ from redis.exceptions import ResponseError
 from aioqueue import EventServiceBuilder
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.scripts import script_source
-from tests.support import PaymentCheck, Recorder
+from tests.support import PaymentCheck, Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
 SCHEDULE = "aioqueue:{PaymentCheck}:schedule"
 EVENTS = "aioqueue:{PaymentCheck}:events"
 SEQUENCE = "aioqueue:{PaymentCheck}:sequence"
+DEAD_LETTERS = "aioqueue:{PaymentCheck}:dead_letters"
 
 
 async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
@@ -40,8 +41,9 @@ async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
     stored = await redis_client.hget(EVENTS, "p-1")
     assert stored is not None
     envelope = orjson.loads(stored)
-    assert envelope["payload"] == '{"order_id":1}'
-    assert "attempt" not in envelope  # left out while 0: a backlog pays per byte
+    # Nothing else: the id is the field, the type the key, an attempt count of 0 is left out,
+    # and the fields every envelope carries have one-letter keys (a backlog pays per byte).
+    assert envelope == {"p": '{"order_id":1}', "context": {"source": "spark"}, "v": 1}
     handler = Recorder()
     async with service_builder().build() as service:
         service.add_handler(PaymentCheck, handler)
@@ -50,6 +52,45 @@ async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
     assert by_id["p-1"].event == PaymentCheck(id="p-1", order_id=1)
     assert by_id["p-1"].context == {"source": "spark"}
     assert by_id["p-2"].event == PaymentCheck(id="p-2", order_id=2)
+
+
+async def test_envelopes_stored_with_the_long_keys_are_handled_and_requeued_with_the_short(
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
+) -> None:
+    """An envelope written before `p` and `v` (with `payload` and `version`) is inspected,
+    delivered, retried and buried like any other; requeueing it writes the short keys."""
+    legacy = '{"payload":"{\\"order_id\\":5}","context":{"trace":"t-5"},"version":7}'
+    await redis_client.hset(EVENTS, "p-5", legacy)
+    await redis_client.set(SEQUENCE, 7)  # as the version's enqueue left it
+    await redis_client.zadd(SCHEDULE, {"p-5": 0})
+    failing = Recorder(outcome=lambda event: False)
+    async with service_builder().retry_attempts(2).build() as service:
+        info = await service.inspect(PaymentCheck, "p-5")
+        assert info is not None
+        assert (info.payload, info.context) == ('{"order_id":5}', {"trace": "t-5"})
+        service.add_handler(PaymentCheck, failing)
+        await wait_until(lambda: redis_client.hexists(DEAD_LETTERS, "p-5"))
+        [dead] = await service.dead_letters(PaymentCheck)
+    assert [d.event for d in failing.deliveries] == [PaymentCheck(id="p-5", order_id=5)] * 2
+    assert (dead.event, dead.context, dead.attempts) == (
+        PaymentCheck(id="p-5", order_id=5), {"trace": "t-5"}, 2
+    )  # fmt: skip
+    async with service_builder().build() as service:  # no handler: nothing consumes it
+        assert await service.requeue(PaymentCheck, "p-5") is True
+    requeued = orjson.loads(await redis_client.hget(EVENTS, "p-5") or b"null")
+    assert requeued == {"p": '{"order_id":5}', "context": {"trace": "t-5"}, "v": 8}
+    succeeding = Recorder()
+    async with service_builder().build() as service:
+        service.add_handler(PaymentCheck, succeeding)
+        [delivery] = await succeeding.wait_for(1)
+        await wait_until(lambda: nothing_left(redis_client))
+    assert (delivery.event, delivery.context) == (
+        PaymentCheck(id="p-5", order_id=5), {"trace": "t-5"}
+    )  # fmt: skip
+
+
+async def nothing_left(client: RedisClient) -> bool:
+    return await client.hlen(EVENTS) == 0 and await client.zcard(SCHEDULE) == 0
 
 
 async def test_an_id_inside_the_payload_is_ignored_and_cancel_works_as_documented(

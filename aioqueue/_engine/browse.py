@@ -19,7 +19,13 @@ import orjson
 from aioqueue._model.errors import InvalidCursorError
 
 from .client import RedisClient
-from .envelope import died_at_from_ms, parse_dead_letter_fields, readable_text, text
+from .envelope import (
+    died_at_from_ms,
+    parse_dead_letter_fields,
+    readable_text,
+    stored_payload,
+    text,
+)
 from .keys import QueueKeys, QueueLayout
 from .scripts import LuaScript
 
@@ -203,7 +209,7 @@ async def inspect_event(
             lease_ends_at=lease_ends_at,
             attempt=_int(fields.get("attempt")),
             last_error=_str_or_none(fields.get("error")),
-            payload=_str_or_none(fields.get("payload")),
+            payload=_str_or_none(stored_payload(fields)),
             context=_context(fields),
         )
     if dead:
@@ -216,7 +222,7 @@ async def inspect_event(
             lease_ends_at=None,
             attempt=_int(fields.get("attempt")),
             last_error=_str_or_none(fields.get("error")),
-            payload=_str_or_none(fields.get("payload")),
+            payload=_str_or_none(stored_payload(fields)),
             context=_context(fields),
             died_at=died_at_from_ms(float(died_at or 0)),
         )
@@ -256,7 +262,7 @@ def _pending_event(
 ) -> PendingEvent:
     fields = _fields(stored) if stored else {}
     state, due_at, lease_ends_at = _state(fields, score, in_ready, now)
-    payload = fields.get("payload")
+    payload = stored_payload(fields)
     return PendingEvent(
         id=event_id,
         state=state,

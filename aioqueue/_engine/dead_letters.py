@@ -16,6 +16,7 @@ from .envelope import (
     died_at_from_ms,
     parse_dead_letter_fields,
     readable_text,
+    stored_payload,
     time_problem,
 )
 from .queues import TypeQueue
@@ -45,7 +46,7 @@ class DeadLetterRecord:
     def parse(cls, event_type: str, raw: bytes | str, died_at_ms: float) -> DeadLetterRecord:
         """Never fails: one damaged record must not hide the others from a listing."""
         fields = parse_dead_letter_fields(raw)
-        payload = fields.get("payload")
+        payload = stored_payload(fields)
         context = fields.get("context")
         attempt = fields.get("attempt", 0)
         damage = []

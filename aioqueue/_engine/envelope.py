@@ -10,7 +10,7 @@ import orjson
 
 from aioqueue._model.event import Event
 
-__all__ = ["DeadLetter", "Envelope", "EnvelopeError", "text"]
+__all__ = ["DeadLetter", "Envelope", "EnvelopeError", "stored_payload", "stored_version", "text"]
 
 
 class EnvelopeError(ValueError):
@@ -20,6 +20,17 @@ class EnvelopeError(ValueError):
 def text(value: bytes | str) -> str:
     """Redis replies are bytes or str depending on the client's decode_responses."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def stored_payload(fields: dict[str, Any]) -> Any:
+    """An envelope's payload: written under `p`, read under `payload` too (envelopes written
+    before the short keys; see payload_of in lua/_prelude.lua)."""
+    return fields["p"] if "p" in fields else fields.get("payload")
+
+
+def stored_version(fields: dict[str, Any]) -> Any:
+    """An envelope's version: written under `v`, read under `version` too."""
+    return fields["v"] if "v" in fields else fields.get("version")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +59,10 @@ class Envelope:
             return cls(
                 id=_str(fields.get("id", event_id), "id"),
                 event_type=_str(fields.get("type", event_type), "type"),
-                payload=_str(fields.get("payload"), "payload"),
+                payload=_str(stored_payload(fields), "payload"),
                 context=_context(fields),
                 attempt=int(fields.get("attempt", 0)),  # left out while 0
-                version=int(fields["version"]),
+                version=int(stored_version(fields)),
                 due_at=int(fields.get("due_at") or 0),
             )
         except (KeyError, TypeError, ValueError) as exc:

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from aioqueue._engine.client import RedisClient
-from aioqueue._engine.envelope import text
+from aioqueue._engine.envelope import stored_payload, text
 from aioqueue._model.event import Event
 
 from ._columns import checked_event_type, checked_prefix
@@ -234,7 +234,7 @@ def _row(task: _Slice, event_id: str, score: float, raw: bytes | str) -> tuple[A
         fields = None
     if not isinstance(fields, dict):
         fields = {"error": f"stored envelope is not a JSON object: {text(raw)[:200]!r}"}
-    payload = fields.get("payload")
+    payload = stored_payload(fields)
     context = fields.get("context")
     error = fields.get("error")
     pending = task.kind == "pending"
@@ -243,7 +243,7 @@ def _row(task: _Slice, event_id: str, score: float, raw: bytes | str) -> tuple[A
         task.event_type,
         int(score) if pending else _integer(fields.get("due_at")),
         # Left out of an envelope while 0; unknown (null) when the envelope was unreadable.
-        _integer(fields.get("attempt", 0 if "payload" in fields else None)),
+        _integer(fields.get("attempt", 0 if payload is not None else None)),
         payload if isinstance(payload, str) else None,
         {k: v for k, v in context.items() if isinstance(v, str)}
         if isinstance(context, dict)

@@ -30,10 +30,11 @@ local function envelope_problem(envelope, id)
   if envelope.type ~= nil and type(envelope.type) ~= 'string' then
     return 'type must be a string'
   end
-  if type(envelope.payload) ~= 'string' then
+  if type(payload_of(envelope)) ~= 'string' then
     return 'payload must be a string of JSON text'
   end
-  if type(envelope.version) ~= 'number' or envelope.version ~= math.floor(envelope.version) then
+  local version = version_of(envelope)
+  if type(version) ~= 'number' or version ~= math.floor(version) then
     return 'version must be an integer'
   end
   local context = envelope.context

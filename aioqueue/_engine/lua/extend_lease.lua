@@ -10,7 +10,7 @@ if not raw then
   return 0
 end
 local ok, envelope = pcall(cjson.decode, raw)
-if not ok or type(envelope) ~= 'table' or tostring(envelope.version) ~= ARGV[2]
+if not ok or type(envelope) ~= 'table' or tostring(version_of(envelope)) ~= ARGV[2]
     or tostring(envelope.attempt) ~= ARGV[3] or envelope.due_at == nil then
   return 0
 end

@@ -15,7 +15,7 @@ if not raw then
   return 'stale'
 end
 local ok, envelope = pcall(cjson.decode, raw)
-if not ok or type(envelope) ~= 'table' or tostring(envelope.version) ~= ARGV[2] then
+if not ok or type(envelope) ~= 'table' or tostring(version_of(envelope)) ~= ARGV[2] then
   return 'stale'
 end
 local now = server_time_ms()

@@ -13,7 +13,7 @@ if redis.call('HEXISTS', KEYS[2], id) == 1 then
   return -1
 end
 local ok, envelope = pcall(cjson.decode, raw)
-if not ok or type(envelope) ~= 'table' or type(envelope.payload) ~= 'string' then
+if not ok or type(envelope) ~= 'table' or type(payload_of(envelope)) ~= 'string' then
   return -2
 end
 local now = server_time_ms()
@@ -24,7 +24,9 @@ envelope.died_at = nil
 envelope.due_at = nil
 envelope.parked = nil  -- left by a dispatch that parked it on its serial key
 envelope.since = nil  -- a requeued event starts afresh, also as a debounce series
-envelope.version = redis.call('INCR', KEYS[3])
+-- Written with the keys write_event uses, whichever the dead letter was stored with.
+envelope.p, envelope.payload = payload_of(envelope), nil
+envelope.v, envelope.version = redis.call('INCR', KEYS[3]), nil
 redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
 redis.call('ZADD', KEYS[1], now, id)
 redis.call('HDEL', KEYS[4], id)
