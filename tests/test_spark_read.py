@@ -71,6 +71,11 @@ async def test_pending_events_come_back_as_typed_rows(
         await handler.wait_for(1)
         await wait_until(failure_recorded)
 
+    # p-4 as aioqueue 0.1 stored it, with the long keys payload and version.
+    legacy = {"payload": '{"order_id":4}', "context": {"trace_id": "t-4"}, "version": 3}
+    await redis_client.hset(queue_key("PaymentCheck", "events"), "p-4", orjson.dumps(legacy))
+    await redis_client.zadd(queue_key("PaymentCheck", "schedule"), {"p-4": DUE_MS})
+
     pending = await off_loop(read_pending, spark, redis_url, PaymentCheck)
     assert pending.dtypes == PENDING_COLUMNS
     rows = (
@@ -88,6 +93,9 @@ async def test_pending_events_come_back_as_typed_rows(
     assert (retry.id, retry.attempt, retry.payload) == ("p-3", 1, '{"order_id":3}')
     assert "card declined for p-3" in retry.error
     assert retry[2] > time.time() * 1000 + 3_000_000  # due in about an hour
+    assert tuple(rows[3]) == (
+        "p-4", "PaymentCheck", DUE_MS, 0, '{"order_id":4}', {"trace_id": "t-4"}, None
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
