@@ -38,17 +38,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -59,181 +56,44 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from chaos_flow import (
     KEYED_PREFIX,
     LIMITED_PREFIX,
-    RATE_PER_S,
     ChaosKeyed,
     ChaosLimited,
-    FlowReport,
-    add_flow_handlers,
     analyse_flow,
     plan_flow_events,
     rate_limit_for,
-    with_rate_limit,
+)
+from chaos_report import (
+    SLICES,
+    Chaos,
+    Report,
+    histogram,
+    percentiles,
+    print_report,
+)
+from chaos_worker import (
+    EVENT_TYPE,
+    PREFIX,
+    TICK_PREFIX,
+    TICK_SECONDS,
+    ChaosEvent,
+    run_worker,
 )
 
-from aioqueue import Event, EventService, FixedDelays
+from aioqueue import EventService
 from aioqueue._engine.keys import QueueKeys
 from aioqueue.testing import CuttingProxy, EmbeddedServer
 
 SCRIPT = Path(__file__).resolve()
 REPO_ROOT = SCRIPT.parent.parent
-PREFIX = "chaos"
-EVENT_TYPE = "ChaosEvent"
 POISON_EVERY = 1000
 # Due times are grouped into buckets of this many ms, one enqueue_many call each.
 BUCKET_MS = 10
 ENQUEUE_CALLS_IN_FLIGHT = 16
 WORKER_READY_TIMEOUT = 30.0
 WORKER_STOP_TIMEOUT = 10.0
-# Every worker declares this schedule; ticks are logged like events, ids prefixed.
-TICK_SECONDS = 0.25
-TICK_PREFIX = "tick-"
-
-
-@dataclass
-class ChaosEvent(Event):
-    id: str
-    due_ms: int
-    poison: bool = False
-
-
-@dataclass
-class ChaosTick(Event):
-    """The event of the recurring schedule every worker declares: one per tick."""
-
-    id: str
-    tick_ms: int
-
-
-def tick_event(tick: datetime) -> ChaosTick:
-    tick_ms = round(tick.timestamp() * 1000)
-    return ChaosTick(id=f"{TICK_PREFIX}{tick_ms}", tick_ms=tick_ms)
-
-
-# -- the worker process ----------------------------------------------------------------------
-
-
-async def run_worker(args: argparse.Namespace) -> None:
-    """Handles ChaosEvents until SIGTERM, appending one line per handler call to args.log."""
-    log = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    rng = random.Random()
-
-    def record(event_id: str, due_ms: int) -> None:
-        # One write(2) per line, before returning: see the module docstring.
-        os.write(log, f"{event_id}\t{due_ms}\t{time.time() * 1000:.1f}\n".encode())
-
-    async def handle(event: ChaosEvent) -> bool:
-        record(event.id, event.due_ms)
-        if event.poison:
-            raise RuntimeError("poisoned event: this handler always fails")
-        # A little work, so that kills find handlers running.
-        await anyio.sleep(rng.uniform(0, args.handler_ms / 1000))
-        return True
-
-    def handle_in_thread(event: ChaosEvent) -> bool:
-        """The same handler as a plain function: half the workers run it in threads."""
-        record(event.id, event.due_ms)
-        if event.poison:
-            raise RuntimeError("poisoned event: this handler always fails")
-        time.sleep(rng.uniform(0, args.handler_ms / 1000))
-        return True
-
-    async def handle_tick(tick: ChaosTick) -> bool:
-        record(tick.id, tick.tick_ms)
-        return True
-
-    builder = (
-        EventService.builder()
-        .url(args.url)
-        .prefix(PREFIX)
-        .scheduling_interval(0.1)
-        .polling_timeout(0.5)
-        .handler_timeout(args.handler_timeout)
-        .retry_attempts(args.retry_attempts)
-        .retry_policy(FixedDelays([0.2]))
-        .shutdown_grace(2.0)
-    )
-    service = with_rate_limit(builder, args.rate_limit).build()
-    flow_log = os.open(
-        Path(args.log).with_suffix(".flow"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
-    )
-    # Every worker declares the schedule: exactly one event per tick, whoever produces it,
-    # and ticks missed while the server was down are all produced (misfire="all").
-    service.add_schedule("chaos-tick", every=TICK_SECONDS, event=tick_event, misfire="all")
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with service:
-            if args.sync_handler:
-                service.add_handler(ChaosEvent, handle_in_thread, parallelism=args.parallelism)
-            else:
-                service.add_handler(ChaosEvent, handle, parallelism=args.parallelism)
-            service.add_handler(ChaosTick, handle_tick, parallelism=4)
-            add_flow_handlers(service, record, flow_log, args.handler_ms)
-            print("ready", flush=True)
-            async for _ in signals:
-                break
-    os.close(log)
-    os.close(flow_log)
 
 
 # -- the driver ------------------------------------------------------------------------------
-
-
-@dataclass
-class Chaos:
-    """What the driver did, for the report."""
-
-    worker_kills: int = 0
-    worker_starts: int = 0
-    worker_ready_seconds: list[float] = field(default_factory=list)
-    server_restarts: int = 0
-    server_down_seconds: float = 0.0
-    server_restart_at_ms: float = 0.0
-    connections_cut: int = 0
-    connections_accepted: int = 0
-    upstream_refused: int = 0
-    kills_ms: dict[str, float] = field(default_factory=dict)
-    """Worker name -> when it was SIGKILLed (epoch ms)."""
-
-
-@dataclass
-class Report:
-    aof: bool
-    faults: bool
-    events: int
-    window_seconds: float
-    workers: int
-    seed: int
-    scheduled: int
-    poisoned: int
-    delivered: int
-    """Distinct healthy events handed to a handler at least once."""
-    deliveries: int
-    """Handler calls of healthy events, duplicates included."""
-    duplicated: int
-    """Healthy events handed to handlers more than once."""
-    lost: int
-    """Scheduled events never handed to a handler and not in the dead letters."""
-    dead: int
-    dead_unexpected: int
-    """Dead letters that are not poisoned events."""
-    invented: int
-    """Ids handed to a handler that were never scheduled."""
-    pending_at_end: int
-    delivered_before_server_restart: int
-    lateness_ms: dict[str, float]
-    lateness_histogram: dict[str, int]
-    lateness_by_slice: list[dict[str, float]]
-    """p50 / p99 / max lateness of first deliveries, per tenth of the window by due time."""
-    chaos: Chaos
-    elapsed_seconds: float
-    drained: bool
-    torn_lines: int
-    ticks_delivered: int
-    """Distinct ticks of the recurring schedule handed to a handler."""
-    tick_gaps: int
-    """Ticks between the first and the last delivered one that never reached a handler."""
-    sync_workers: int
-    """Worker slots whose handler is a plain function run in threads."""
-    flow: FlowReport
 
 
 class WorkerPool:
@@ -439,41 +299,6 @@ def read_deliveries(logs: Path) -> tuple[list[tuple[str, int, float]], int]:
     return calls, torn
 
 
-def percentiles(values: Sequence[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    ordered = sorted(values)
-
-    def at(fraction: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 1)
-
-    return {
-        "p50": at(0.50),
-        "p90": at(0.90),
-        "p99": at(0.99),
-        "p99.9": at(0.999),
-        "max": round(ordered[-1], 1),
-        "mean": round(statistics.fmean(ordered), 1),
-    }
-
-
-SLICES = 10
-HISTOGRAM_EDGES_MS = (10, 50, 100, 500, 1000, 2000, 5000)
-
-
-def histogram(values: Sequence[float]) -> dict[str, int]:
-    counts = dict.fromkeys([f"<{edge} ms" for edge in HISTOGRAM_EDGES_MS], 0)
-    counts[f">={HISTOGRAM_EDGES_MS[-1]} ms"] = 0
-    for value in values:
-        for edge in HISTOGRAM_EDGES_MS:
-            if value < edge:
-                counts[f"<{edge} ms"] += 1
-                break
-        else:
-            counts[f">={HISTOGRAM_EDGES_MS[-1]} ms"] += 1
-    return counts
-
-
 async def drive(args: argparse.Namespace) -> Report:
     rng = random.Random(args.seed)
     chaos = Chaos()
@@ -624,66 +449,6 @@ async def drive(args: argparse.Namespace) -> Report:
 def log(args: argparse.Namespace, message: str) -> None:
     if not args.quiet:
         print(f"[chaos] {message}", file=sys.stderr, flush=True)
-
-
-def print_report(report: Report) -> None:
-    chaos = report.chaos
-    mode = "AOF on (appendfsync everysec)" if report.aof else "AOF off"
-    if not report.faults:
-        mode += ", NO FAULTS (baseline)"
-    print(
-        f"chaos run: {report.events:,} events due over {report.window_seconds:g} s, "
-        f"{report.workers} workers, {mode}, seed {report.seed}"
-    )
-    print(
-        f"  chaos:       {chaos.worker_kills} worker SIGKILLs ({chaos.worker_starts} starts), "
-        f"{chaos.connections_cut} connections cut of {chaos.connections_accepted}, "
-        f"{chaos.server_restarts} server SIGKILL+restart ({chaos.server_down_seconds:.2f} s down)"
-    )
-    print(f"  scheduled:   {report.scheduled:,} ({report.poisoned} poisoned)")
-    print(
-        f"  delivered:   {report.delivered:,} healthy events, {report.deliveries:,} handler "
-        f"calls ({report.delivered_before_server_restart:,} events before the server restart)"
-    )
-    print(f"  duplicated:  {report.duplicated:,} events handed out more than once")
-    print(f"  lost:        {report.lost:,}")
-    print(
-        f"  ticks:       {report.ticks_delivered:,} of the recurring schedule, "
-        f"{report.tick_gaps:,} missing between the first and the last"
-    )
-    print(
-        f"  sync:        {report.sync_workers} of {report.workers} workers ran a plain-def handler"
-    )
-    flow = report.flow
-    print(
-        f"  flow:        {flow.limited_scheduled:,} rate-limited ({flow.rate_limit} per "
-        f"{RATE_PER_S:g} s): {flow.limit_violations} limit violations; {flow.keyed_scheduled:,} "
-        f"keyed ({flow.keyed_calls:,} calls): {flow.key_overlaps} overlapping calls of one key; "
-        f"{flow.lost} lost; after the lost second of the server kill: "
-        f"{flow.limit_violations_near_restart} violations, {flow.key_overlaps_near_restart} "
-        "overlaps"
-    )
-    print(f"  dead:        {report.dead:,} ({report.dead_unexpected} not poisoned)")
-    print(f"  invented:    {report.invented}")
-    print(f"  pending:     {report.pending_at_end} at the end (drained: {report.drained})")
-    lateness = "  ".join(f"{name} {value:g}" for name, value in report.lateness_ms.items())
-    print(f"  lateness ms: {lateness}")
-    buckets = "  ".join(f"{name}: {count:,}" for name, count in report.lateness_histogram.items())
-    print(f"  histogram:   {buckets}")
-    restart_s = ""
-    if chaos.server_restarts:
-        restart_s = f" (server restart at {report.window_seconds / 2:g} s)"
-    print(f"  by due time{restart_s}, p50 / p99 ms:")
-    print(
-        "    "
-        + "  ".join(
-            f"{part['from_s']:g}s: {part['p50']:g}/{part['p99']:g}"
-            if "p50" in part
-            else f"{part['from_s']:g}s: none"
-            for part in report.lateness_by_slice
-        )
-    )
-    print(f"  elapsed:     {report.elapsed_seconds:g} s")
 
 
 def seconds_range(text: str) -> tuple[float, float]:

@@ -1,0 +1,166 @@
+"""The chaos run's report: what the driver did, what the logs show, and how it is printed."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from chaos_flow import (
+    RATE_PER_S,
+    FlowReport,
+)
+
+
+@dataclass
+class Chaos:
+    """What the driver did, for the report."""
+
+    worker_kills: int = 0
+    worker_starts: int = 0
+    worker_ready_seconds: list[float] = field(default_factory=list)
+    server_restarts: int = 0
+    server_down_seconds: float = 0.0
+    server_restart_at_ms: float = 0.0
+    connections_cut: int = 0
+    connections_accepted: int = 0
+    upstream_refused: int = 0
+    kills_ms: dict[str, float] = field(default_factory=dict)
+    """Worker name -> when it was SIGKILLed (epoch ms)."""
+
+
+@dataclass
+class Report:
+    aof: bool
+    faults: bool
+    events: int
+    window_seconds: float
+    workers: int
+    seed: int
+    scheduled: int
+    poisoned: int
+    delivered: int
+    """Distinct healthy events handed to a handler at least once."""
+    deliveries: int
+    """Handler calls of healthy events, duplicates included."""
+    duplicated: int
+    """Healthy events handed to handlers more than once."""
+    lost: int
+    """Scheduled events never handed to a handler and not in the dead letters."""
+    dead: int
+    dead_unexpected: int
+    """Dead letters that are not poisoned events."""
+    invented: int
+    """Ids handed to a handler that were never scheduled."""
+    pending_at_end: int
+    delivered_before_server_restart: int
+    lateness_ms: dict[str, float]
+    lateness_histogram: dict[str, int]
+    lateness_by_slice: list[dict[str, float]]
+    """p50 / p99 / max lateness of first deliveries, per tenth of the window by due time."""
+    chaos: Chaos
+    elapsed_seconds: float
+    drained: bool
+    torn_lines: int
+    ticks_delivered: int
+    """Distinct ticks of the recurring schedule handed to a handler."""
+    tick_gaps: int
+    """Ticks between the first and the last delivered one that never reached a handler."""
+    sync_workers: int
+    """Worker slots whose handler is a plain function run in threads."""
+    flow: FlowReport
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def at(fraction: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 1)
+
+    return {
+        "p50": at(0.50),
+        "p90": at(0.90),
+        "p99": at(0.99),
+        "p99.9": at(0.999),
+        "max": round(ordered[-1], 1),
+        "mean": round(statistics.fmean(ordered), 1),
+    }
+
+
+SLICES = 10
+HISTOGRAM_EDGES_MS = (10, 50, 100, 500, 1000, 2000, 5000)
+
+
+def histogram(values: Sequence[float]) -> dict[str, int]:
+    counts = dict.fromkeys([f"<{edge} ms" for edge in HISTOGRAM_EDGES_MS], 0)
+    counts[f">={HISTOGRAM_EDGES_MS[-1]} ms"] = 0
+    for value in values:
+        for edge in HISTOGRAM_EDGES_MS:
+            if value < edge:
+                counts[f"<{edge} ms"] += 1
+                break
+        else:
+            counts[f">={HISTOGRAM_EDGES_MS[-1]} ms"] += 1
+    return counts
+
+
+def print_report(report: Report) -> None:
+    chaos = report.chaos
+    mode = "AOF on (appendfsync everysec)" if report.aof else "AOF off"
+    if not report.faults:
+        mode += ", NO FAULTS (baseline)"
+    print(
+        f"chaos run: {report.events:,} events due over {report.window_seconds:g} s, "
+        f"{report.workers} workers, {mode}, seed {report.seed}"
+    )
+    print(
+        f"  chaos:       {chaos.worker_kills} worker SIGKILLs ({chaos.worker_starts} starts), "
+        f"{chaos.connections_cut} connections cut of {chaos.connections_accepted}, "
+        f"{chaos.server_restarts} server SIGKILL+restart ({chaos.server_down_seconds:.2f} s down)"
+    )
+    print(f"  scheduled:   {report.scheduled:,} ({report.poisoned} poisoned)")
+    print(
+        f"  delivered:   {report.delivered:,} healthy events, {report.deliveries:,} handler "
+        f"calls ({report.delivered_before_server_restart:,} events before the server restart)"
+    )
+    print(f"  duplicated:  {report.duplicated:,} events handed out more than once")
+    print(f"  lost:        {report.lost:,}")
+    print(
+        f"  ticks:       {report.ticks_delivered:,} of the recurring schedule, "
+        f"{report.tick_gaps:,} missing between the first and the last"
+    )
+    print(
+        f"  sync:        {report.sync_workers} of {report.workers} workers ran a plain-def handler"
+    )
+    flow = report.flow
+    print(
+        f"  flow:        {flow.limited_scheduled:,} rate-limited ({flow.rate_limit} per "
+        f"{RATE_PER_S:g} s): {flow.limit_violations} limit violations; {flow.keyed_scheduled:,} "
+        f"keyed ({flow.keyed_calls:,} calls): {flow.key_overlaps} overlapping calls of one key; "
+        f"{flow.lost} lost; after the lost second of the server kill: "
+        f"{flow.limit_violations_near_restart} violations, {flow.key_overlaps_near_restart} "
+        "overlaps"
+    )
+    print(f"  dead:        {report.dead:,} ({report.dead_unexpected} not poisoned)")
+    print(f"  invented:    {report.invented}")
+    print(f"  pending:     {report.pending_at_end} at the end (drained: {report.drained})")
+    lateness = "  ".join(f"{name} {value:g}" for name, value in report.lateness_ms.items())
+    print(f"  lateness ms: {lateness}")
+    buckets = "  ".join(f"{name}: {count:,}" for name, count in report.lateness_histogram.items())
+    print(f"  histogram:   {buckets}")
+    restart_s = ""
+    if chaos.server_restarts:
+        restart_s = f" (server restart at {report.window_seconds / 2:g} s)"
+    print(f"  by due time{restart_s}, p50 / p99 ms:")
+    print(
+        "    "
+        + "  ".join(
+            f"{part['from_s']:g}s: {part['p50']:g}/{part['p99']:g}"
+            if "p50" in part
+            else f"{part['from_s']:g}s: none"
+            for part in report.lateness_by_slice
+        )
+    )
+    print(f"  elapsed:     {report.elapsed_seconds:g} s")
