@@ -191,6 +191,18 @@ async def test_token_is_required_for_the_api_only(
         page = await anonymous.get("/")
         assert page.status_code == 200
         assert "<title>aioqueue</title>" in page.text
+        # The page's own files, each with its type, never cached (one version at a time).
+        for path, media_type, text in (
+            ("/dashboard.css", "text/css", "--accent"),
+            ("/dashboard.js", "text/javascript", "async function refresh()"),
+            ("/dashboard_type.js", "text/javascript", "async function refreshType()"),
+        ):
+            asset = await anonymous.get(path)
+            assert asset.status_code == 200, path
+            assert asset.headers["content-type"].startswith(media_type), path
+            assert asset.headers["cache-control"] == "no-store", path
+            assert text in asset.text, path
+            assert f'"{path[1:]}"' in page.text, path
         assert (await anonymous.get("/healthz")).json() == {"ok": True}
 
 

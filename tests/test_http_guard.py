@@ -71,7 +71,7 @@ async def test_an_unknown_host_is_refused_against_dns_rebinding(
 ) -> None:
     port = app.base_url.rsplit(":", 1)[1]
     for host in ("evil.example", f"evil.example:{port}", f"attacker.test:{port}"):
-        for path in ("/stats", "/"):
+        for path in ("/stats", "/", "/dashboard.js", "/dashboard_type.js", "/dashboard.css"):
             response = await http.get(path, headers={"Host": host})
             assert response.status_code == 403, (host, path, response.text)
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"queues.example:{port}"):

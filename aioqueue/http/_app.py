@@ -15,7 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aioqueue._admin.actions import (
@@ -79,7 +79,10 @@ def create_app(
 
     api = state.api
     routes = [
-        Route("/", state.guarded(dashboard)),
+        *(
+            Route(path, state.guarded(dashboard_file(name, media_type)))
+            for path, (name, media_type) in DASHBOARD_FILES.items()
+        ),
         Route("/healthz", state.healthz),
         Route("/stats", api(state.stats)),
         Route("/events", api(state.post_event), methods=["POST"]),
@@ -112,9 +115,25 @@ def validate_token(token: str) -> str:
     return token
 
 
-async def dashboard(request: Request) -> Response:
-    page = (resources.files("aioqueue.http") / "dashboard.html").read_text()
-    return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+# The dashboard's files, by the only paths that serve them: no name from a request ever
+# reaches the file system.
+DASHBOARD_FILES = {
+    "/": ("dashboard.html", "text/html; charset=utf-8"),
+    "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
+    "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
+    "/dashboard_type.js": ("dashboard_type.js", "text/javascript; charset=utf-8"),
+}
+
+
+def dashboard_file(name: str, media_type: str) -> Endpoint:
+    """The endpoint that serves one of the dashboard's files."""
+
+    async def serve(request: Request) -> Response:
+        text = (resources.files("aioqueue.http") / name).read_text()
+        # Not cached: after an upgrade the page and its scripts must come from one version.
+        return Response(text, media_type=media_type, headers={"Cache-Control": "no-store"})
+
+    return serve
 
 
 def _metrics_endpoint(state: _State) -> Endpoint | None:
