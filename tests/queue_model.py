@@ -202,16 +202,21 @@ class QueueModel:
             self._schedule(event_id, payload, delay_ms)
 
     def debounce(self, event_id: str, payload: str, delay_ms: int, *, max_wait_ms: int) -> None:
-        """A replacement bounded by max_wait: a pending version not under way passes its
-        series start on; otherwise a new series starts now."""
+        """A replacement bounded by max_wait: a pending version that no handler took (not
+        dispatched, or its current copy still in the ready list) passes its series start on;
+        otherwise a new series starts now."""
         before = self.pending.get(event_id)
+        unclaimed = before is not None and (
+            not before.under_way
+            or any(c.event_id == event_id and c.generation == before.generation for c in self.ready)
+        )
         item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
         [scheduled] = self.run(self.store.enqueue([item], replace=True, max_wait_ms=max_wait_ms))
         assert scheduled
         since = envelope_fields(cast("bytes", self.run(self.client.hget(KEYS.events, event_id))))[
             "since"
         ]
-        if before is not None and not before.under_way and before.since is not None:
+        if before is not None and unclaimed and before.since is not None:
             assert since == before.since, "a debounce series lost its start"
         elif before is not None and before.since is not None:
             assert since >= before.since

@@ -81,6 +81,12 @@ async def all_keys(client: RedisClient) -> list[bytes]:
     return [key async for key in client.scan_iter()]
 
 
+async def server_time_ms(client: RedisClient) -> int:
+    """Now on the server's clock, the one every due time is on."""
+    seconds, microseconds = await client.time()
+    return int(seconds) * 1000 + int(microseconds) // 1000
+
+
 def drained(client: RedisClient, keys: QueueKeys) -> Callable[[], Awaitable[bool]]:
     """A wait_until condition: nothing of the queue at `keys` is pending any more."""
 

@@ -23,7 +23,7 @@ from aioqueue import Event, EventServiceBuilder, ServiceState
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.envelope import text
 from tests.conftest import ServerFactory
-from tests.support import PaymentCheck, Recorder, all_keys, queue_key, wait_until
+from tests.support import PaymentCheck, Recorder, all_keys, queue_key, server_time_ms, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -59,11 +59,6 @@ class Gate:
 
     def open(self) -> None:
         self.opened.set()
-
-
-async def server_time_ms(client: RedisClient) -> int:
-    seconds, microseconds = await client.time()
-    return int(seconds) * 1000 + int(microseconds) // 1000
 
 
 async def due_ms(client: RedisClient, event_id: str) -> float:

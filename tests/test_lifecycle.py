@@ -20,7 +20,7 @@ from aioqueue import (
 from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.envelope import Envelope
 from aioqueue._engine.keys import QueueKeys
-from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until
+from tests.support import OrderTimeout, PaymentCheck, Recorder, server_time_ms, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -33,12 +33,6 @@ async def pending_envelope(client: RedisClient, event_id: str) -> Envelope | Non
     return (
         None if raw is None else Envelope.parse(raw, event_type="PaymentCheck", event_id=event_id)
     )
-
-
-async def server_time_ms(client: RedisClient) -> int:
-    """Now on the server's clock, the one every due time is on."""
-    seconds, microseconds = await client.time()
-    return seconds * 1000 + microseconds // 1000
 
 
 async def ready_length_is(client: RedisClient, length: int) -> bool:

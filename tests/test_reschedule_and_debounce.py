@@ -9,14 +9,15 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import anyio
+import orjson
 import pytest
 
 from aioqueue import EventServiceBuilder, InvalidEnqueueError
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.envelope import Envelope
 from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.store import QueueStore
-from tests.support import PaymentCheck, Recorder
+from aioqueue._engine.store import EnqueueItem, QueueStore
+from tests.support import PaymentCheck, Recorder, server_time_ms, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
 KEYS = QueueKeys.for_type("aioqueue", "PaymentCheck")
@@ -104,6 +105,48 @@ async def test_a_debounce_storm_is_delivered_within_max_wait_of_each_series(
         assert enqueued[order] <= arrival
         series_start = next((t for t in enqueued if t > arrival), arrival)
     assert len(orders) <= 8  # about one per second of storm, not one per replacement
+
+
+@pytest.mark.backends("standalone", "cluster")
+async def test_a_replacement_keeps_its_series_until_a_handler_takes_the_version(
+    redis_client: RedisClient,
+) -> None:
+    """A debounced version that came due and waits in the ready list has reached no handler:
+    replacing it keeps the series' start, so the latest version is due by the bound however
+    slow the consumers are (else replacements landing between dispatch and claim would start
+    a series each time, and none would be delivered). Once a handler took the version, a
+    replacement starts a new series."""
+    store = QueueStore(redis_client, KEYS, "PaymentCheck")
+    hour, max_wait = 3_600_000, 60_000
+
+    async def replace(order_id: int, delay_ms: int) -> int:
+        """Replaces event `d` with max_wait; returns the series start it was given."""
+        item = EnqueueItem("d", f'{{"order_id":{order_id}}}', "{}", delay_ms, absolute=False)
+        assert await store.enqueue([item], replace=True, max_wait_ms=max_wait) == [True]
+        since = int(orjson.loads(await redis_client.hget(KEYS.events, "d") or b"{}")["since"])
+
+        async def clock_moved_on() -> bool:
+            return await server_time_ms(redis_client) > since
+
+        # Later calls happen on a later millisecond, so that a new series would show.
+        await wait_until(clock_moved_on)
+        return since
+
+    async def dispatch() -> None:
+        await store.dispatch(batch_size=10, lease_ms=hour, max_attempts=3, ready_capacity=10)
+
+    start = await replace(1, 0)
+    await dispatch()  # version 1's delivery waits in the ready list
+    assert await replace(2, hour) == start
+    # Due by the series' bound, not in an hour; the waiting copy is stale and is dropped.
+    assert await redis_client.zscore(KEYS.schedule, "d") == start + max_wait
+    assert (await store.claim(1, lease_ms=hour)).envelopes == []
+
+    assert await replace(3, 0) == start
+    await dispatch()
+    [taken] = (await store.claim(1, lease_ms=hour)).envelopes  # a handler has version 3
+    assert Envelope.parse(taken, event_type="PaymentCheck").payload == '{"order_id":3}'
+    assert await replace(4, hour) > start
 
 
 @pytest.mark.backends("standalone")

@@ -101,6 +101,8 @@ class QueueStore:
         keys = [k.schedule, k.events, k.sequence, k.wake, k.counts]
         if run_id is not None:
             keys.append(k.run_record(run_id))
+        if max_wait_ms is not None:
+            keys.append(k.ready)  # tells a dispatched version from one a handler took
         results = await ENQUEUE.run(self.client, keys, args)
         return [int(result) == 1 for result in results]
 

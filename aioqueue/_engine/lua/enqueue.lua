@@ -10,6 +10,9 @@
 -- KEYS[5] or KEYS[6] counts (hash, optional; needs KEYS[4]; its name ends in ':counts',
 --   which tells it from a run record): its `under_way` loses one for each replacement of an
 --   event whose attempt is under way (see count_under_way in _prelude.lua)
+-- KEYS[5], KEYS[6] or KEYS[7] ready (list, optional; needs KEYS[4]; its name ends in
+--   ':ready'): with max_wait, tells a dispatched version whose delivery still waits there
+--   from one a handler took (see debounce_since)
 -- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it, or '1:<ms>' to
 --   replace it as a debounce bounded by max_wait ms: the series begins at the first enqueue
 --   (or when the pending version's attempt started), and no replacement makes the event due
@@ -27,23 +30,36 @@ local tag = string.match(KEYS[1], '{([^}]*)}')
 if tag ~= event_type and string.sub(tag or '', 1, #event_type + 1) ~= event_type .. '#' then
   return redis.error_reply('event type ' .. event_type .. ' does not own key ' .. KEYS[1])
 end
--- The pending version of `id`, decoded, or nil.
+-- The pending version of `id`, decoded, and its stored text; nil when there is none.
 local function pending_envelope(events, id)
   local stored = redis.call('HGET', events, id)
   if stored then
     local ok, envelope = pcall(cjson.decode, stored)
     if ok and type(envelope) == 'table' then
-      return envelope
+      return envelope, stored
     end
   end
   return nil
 end
 
--- When the debounce series of `id` began: the pending version's, unless it has none or its
--- attempt is under way (then that version is being handled and a new series begins now).
-local function debounce_since(previous, now)
-  if previous and previous.due_at == nil and is_time(tonumber(previous.since)) then
-    return tonumber(previous.since)
+-- When the debounce series of `id` began: the pending version's, unless it has none or a
+-- handler took its attempt (then that version is being handled and a new series begins
+-- now). A version that was dispatched but whose delivery still waits in `ready` has reached
+-- no handler, and this replacement makes that copy stale: its series goes on. Otherwise
+-- replacements that keep landing between a dispatch and the claim (slow consumers, a storm)
+-- would start a series each time and no version would ever be delivered.
+local function debounce_since(previous, stored, id, ready, now)
+  local since = previous and tonumber(previous.since)
+  if not is_time(since) then
+    return now
+  end
+  if previous.due_at == nil then
+    return since
+  end
+  -- LPOS walks the ready list, which a service keeps to a few batches; only a debounced
+  -- replacement of a dispatched version pays for it.
+  if ready and redis.call('LPOS', ready, delivery_of(id, stored)) then
+    return since
   end
   return now
 end
@@ -55,10 +71,12 @@ if first[2] then
   earliest = tonumber(first[2])
 end
 local sooner = false
-local record, counts = nil, nil
-for i = 5, 6 do
+local record, counts, ready = nil, nil, nil
+for i = 5, 7 do
   if KEYS[i] and string.sub(KEYS[i], -7) == ':counts' then
     counts = KEYS[i]
+  elseif KEYS[i] and string.sub(KEYS[i], -6) == ':ready' then
+    ready = KEYS[i]
   elseif KEYS[i] then
     record = KEYS[i]
   end
@@ -78,9 +96,12 @@ for i = 3, #ARGV, 5 do
     end
     local since, serial = nil, nil
     -- Only a replacement can have a previous version; a new event costs no read.
-    local previous = replace and pending_envelope(KEYS[2], id)
+    local previous, stored = nil, nil
+    if replace then
+      previous, stored = pending_envelope(KEYS[2], id)
+    end
     if max_wait then
-      since = debounce_since(previous, now)
+      since = debounce_since(previous, stored, id, ready, now)
       due = math.min(due, since + max_wait)
     end
     if previous and type(previous.serial) == 'string' then
