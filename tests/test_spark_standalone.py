@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
+import redis as sync_redis
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder
@@ -31,24 +33,30 @@ SEQUENCE = queue_key("PaymentCheck", "sequence")
 
 
 async def run_job(
-    cluster: SparkStandalone, redis_url: str, client: redis.Redis, scenario: str
+    cluster: SparkStandalone, redis_url: str, scenario: str
 ) -> tuple[dict[str, object], int]:
     """Runs the job; once an eighth of the rows are written, kills the executor's Python
     workers, failing the first task midway. Returns the job's report and how many events
     were written when the kill was done."""
     written_at_kill = -1
 
-    async def an_eighth_written() -> bool:
-        return int(await client.get(SEQUENCE) or 0) >= ROWS // 8
-
-    async def kill_midway() -> None:
+    def kill_midway() -> None:
+        """Watches and kills from a thread with a client of its own: the event loop may be
+        busy with the consumer's handlers, and a kill it delayed could land after the task."""
         nonlocal written_at_kill
-        await wait_until(an_eighth_written, within=120)
-        await anyio.to_thread.run_sync(kill_executor_python_workers)
-        written_at_kill = int(await client.get(SEQUENCE) or 0)
+        watcher = sync_redis.Redis.from_url(redis_url)
+        try:
+            deadline = time.monotonic() + 120
+            while int(watcher.get(SEQUENCE) or 0) < ROWS // 8:
+                assert time.monotonic() < deadline, "the job wrote nothing for two minutes"
+                time.sleep(0.002)
+            kill_executor_python_workers()
+            written_at_kill = int(watcher.get(SEQUENCE) or 0)
+        finally:
+            watcher.close()
 
     async with anyio.create_task_group() as group:
-        group.start_soon(kill_midway)
+        group.start_soon(anyio.to_thread.run_sync, kill_midway)
         result = await anyio.run_process(
             [sys.executable, str(JOB), cluster.master_url, redis_url, scenario, str(ROWS)],
             env=cluster.environment,
@@ -64,7 +72,7 @@ async def run_job(
 async def test_a_retried_task_and_a_rerun_write_each_event_once(
     spark_standalone: SparkStandalone, redis_url: str, redis_client: redis.Redis
 ) -> None:
-    report, written_at_kill = await run_job(spark_standalone, redis_url, redis_client, "pending")
+    report, written_at_kill = await run_job(spark_standalone, redis_url, "pending")
     # The killed attempt had written events: what its retry must not write again.
     assert ROWS // 8 <= written_at_kill < ROWS // 4
     expected = [f"p-{n:05d}" for n in range(ROWS)]
@@ -88,9 +96,7 @@ async def test_a_retried_task_never_redelivers_what_a_handler_finished(
     handler = Recorder()
     async with service_builder().build() as service:
         service.add_handler(PaymentCheck, handler, parallelism=32)
-        report, written_at_kill = await run_job(
-            spark_standalone, redis_url, redis_client, "due-now"
-        )
+        report, written_at_kill = await run_job(spark_standalone, redis_url, "due-now")
 
         async def drained() -> bool:
             return await redis_client.hlen(queue_key("PaymentCheck", "events")) == 0
