@@ -37,9 +37,26 @@ def _spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def _alive_workers(web_port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/json/", timeout=2) as reply:
-        return int(json.load(reply).get("aliveworkers", 0))
+def _alive_workers(web_port: int) -> int | None:
+    """The master's count of live workers, or None while its web UI does not answer with
+    the master's JSON (not up yet, or not the master)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/json/", timeout=2) as reply:
+            state = json.load(reply)
+    except (OSError, ValueError):
+        return None
+    return (
+        int(state["aliveworkers"]) if isinstance(state, dict) and "aliveworkers" in state else None
+    )
+
+
+def _distinct_free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 @pytest.fixture(scope="session")
@@ -56,36 +73,37 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spark
         "SPARK_DAEMON_JAVA_OPTS": f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}",
         "SPARK_DAEMON_MEMORY": "256m",
     }
-    port, web_port, worker_web_port = free_port(), free_port(), free_port()
+    port, web_port, worker_web_port = _distinct_free_ports(3)
     master_url = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
     logs = tmp_path_factory.mktemp("spark-daemons")
     processes: list[subprocess.Popen[bytes]] = []
     log_files = []
     try:
-        for name, arguments in (
+        deadline = time.monotonic() + 60
+
+        def wait_for(workers: int) -> None:
+            """Until the master's UI counts `workers` live workers (0: until it answers)."""
+            while (alive := _alive_workers(web_port)) is None or alive < workers:
+                if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+                    details = "\n".join(f.read_text()[-2000:] for f in logs.iterdir())
+                    raise RuntimeError(f"the Spark standalone cluster did not start:\n{details}")
+                time.sleep(0.2)
+
+        for name, arguments, workers in (
             ("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                        "--port", str(port), "--webui-port", str(web_port)]),
+                        "--port", str(port), "--webui-port", str(web_port)], 0),
             ("worker", ["org.apache.spark.deploy.worker.Worker", master_url, "--host",
                         "127.0.0.1", "--cores", "2", "--memory", "1g",
-                        "--webui-port", str(worker_web_port)]),
+                        "--webui-port", str(worker_web_port)], 1),
         ):  # fmt: skip
             log = (logs / f"{name}.log").open("wb")
             log_files.append(log)
             processes.append(
                 subprocess.Popen([spark_class, *arguments], env=environment, stdout=log, stderr=log)
             )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if _alive_workers(web_port) >= 1:
-                    break
-            except OSError:
-                pass  # the master's web UI is not up yet
-            if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
-                details = "\n".join(f.read_text()[-2000:] for f in logs.iterdir())
-                raise RuntimeError(f"the Spark standalone cluster did not start:\n{details}")
-            time.sleep(0.2)
+            # The worker starts once the master answers: both UIs never race for a port.
+            wait_for(workers)
         yield SparkStandalone(master_url, environment)
     finally:
         for process in reversed(processes):
