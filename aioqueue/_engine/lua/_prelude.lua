@@ -8,6 +8,16 @@ local function server_time_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- `raw` (an envelope, a delivery) decoded, or nil when it is not a JSON object: anything in
+-- Redis may have been written by hand, and no script may fail on it.
+local function decoded_object(raw)
+  local ok, value = pcall(cjson.decode, raw)
+  if ok and type(value) == 'table' then
+    return value
+  end
+  return nil
+end
+
 -- Writes a new version of an event's envelope and schedules it at `due` (ms): how every event
 -- enters a queue (enqueue.lua, schedule_tick.lua). `context` is a JSON object of strings.
 -- `serial` is the serial key value a replaced version held or was parked on (see the serial
@@ -69,8 +79,8 @@ local function cancel_pending_tick(schedule, events, id, now)
   if not score or not stored or score <= now then
     return
   end
-  local ok, envelope = pcall(cjson.decode, stored)
-  if ok and type(envelope) == 'table' and envelope.due_at == nil then
+  local envelope = decoded_object(stored)
+  if envelope and envelope.due_at == nil then
     redis.call('HDEL', events, id)
     redis.call('ZREM', schedule, id)
   end
@@ -98,8 +108,8 @@ local function delivery_id(raw)
   if id then
     return id
   end
-  local ok, envelope = pcall(cjson.decode, raw)
-  if ok and type(envelope) == 'table' and type(envelope.id) == 'string' then
+  local envelope = decoded_object(raw)
+  if envelope and type(envelope.id) == 'string' then
     return envelope.id
   end
   return nil
@@ -130,8 +140,8 @@ end
 -- The serial key value of an envelope: its payload's `field`, as text; nil when the payload
 -- has no such string or number (the event then runs without a key).
 local function serial_value(envelope, field)
-  local ok, payload = pcall(cjson.decode, payload_of(envelope))
-  if not ok or type(payload) ~= 'table' then
+  local payload = decoded_object(payload_of(envelope))
+  if not payload then
     return nil
   end
   local value = payload[field]
@@ -173,9 +183,8 @@ local function unpark_next(waiting, schedule, events, value)
     local due = tonumber(due_text)
     local stored = id and redis.call('HGET', events, id)
     if stored and not redis.call('ZSCORE', schedule, id) then
-      local ok, envelope = pcall(cjson.decode, stored)
-      if ok and type(envelope) == 'table' and envelope.parked == due
-          and envelope.serial == value then
+      local envelope = decoded_object(stored)
+      if envelope and envelope.parked == due and envelope.serial == value then
         redis.call('ZADD', schedule, due, id)
         return 1
       end
@@ -307,8 +316,8 @@ local function acknowledge_deliveries(schedule, events, delivered, serial, count
   local finished, keyed, ended = {}, {}, 0
   for i, raw in ipairs(stored) do
     if raw then
-      local ok, envelope = pcall(cjson.decode, raw)
-      if ok and type(envelope) == 'table' and tostring(version_of(envelope)) == versions[i] then
+      local envelope = decoded_object(raw)
+      if envelope and tostring(version_of(envelope)) == versions[i] then
         finished[#finished + 1] = ids[i]
         if envelope.due_at ~= nil then
           ended = ended + 1

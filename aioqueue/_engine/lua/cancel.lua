@@ -13,8 +13,8 @@ local stored = (serial or KEYS[6]) and redis.call('HGET', KEYS[2], ARGV[1])
 local removed = redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 if stored then
-  local ok, envelope = pcall(cjson.decode, stored)
-  if ok and type(envelope) == 'table' then
+  local envelope = decoded_object(stored)
+  if envelope then
     if envelope.due_at ~= nil then
       count_under_way(KEYS[6], -1)
     end

@@ -34,8 +34,8 @@ end
 local function pending_envelope(events, id)
   local stored = redis.call('HGET', events, id)
   if stored then
-    local ok, envelope = pcall(cjson.decode, stored)
-    if ok and type(envelope) == 'table' then
+    local envelope = decoded_object(stored)
+    if envelope then
       return envelope, stored
     end
   end

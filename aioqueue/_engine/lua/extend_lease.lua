@@ -9,8 +9,8 @@ local raw = redis.call('HGET', KEYS[2], ARGV[1])
 if not raw then
   return 0
 end
-local ok, envelope = pcall(cjson.decode, raw)
-if not ok or type(envelope) ~= 'table' or tostring(version_of(envelope)) ~= ARGV[2]
+local envelope = decoded_object(raw)
+if not envelope or tostring(version_of(envelope)) ~= ARGV[2]
     or tostring(envelope.attempt) ~= ARGV[3] or envelope.due_at == nil then
   return 0
 end

@@ -14,8 +14,8 @@ local raw = redis.call('HGET', KEYS[2], id)
 if not raw then
   return 'stale'
 end
-local ok, envelope = pcall(cjson.decode, raw)
-if not ok or type(envelope) ~= 'table' or tostring(version_of(envelope)) ~= ARGV[2] then
+local envelope = decoded_object(raw)
+if not envelope or tostring(version_of(envelope)) ~= ARGV[2] then
   return 'stale'
 end
 local now = server_time_ms()

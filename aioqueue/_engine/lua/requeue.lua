@@ -12,8 +12,8 @@ end
 if redis.call('HEXISTS', KEYS[2], id) == 1 then
   return -1
 end
-local ok, envelope = pcall(cjson.decode, raw)
-if not ok or type(envelope) ~= 'table' or type(payload_of(envelope)) ~= 'string' then
+local envelope = decoded_object(raw)
+if not envelope or type(payload_of(envelope)) ~= 'string' then
   return -2
 end
 local now = server_time_ms()

@@ -13,9 +13,9 @@ if not stored then
   return 'missing'
 end
 local now = server_time_ms()
-local ok, envelope = pcall(cjson.decode, stored)
+local envelope = decoded_object(stored)
 local score = tonumber(redis.call('ZSCORE', KEYS[1], id))
-if ok and type(envelope) == 'table' and envelope.due_at ~= nil and score and score > now then
+if envelope and envelope.due_at ~= nil and score and score > now then
   return 'in_flight'
 end
 local due = tonumber(ARGV[3])

@@ -25,8 +25,8 @@ end
 local _, deliveries = current_deliveries(KEYS[2], redis.call('LRANGE', KEYS[3], 0, -1))
 local ready_current = #deliveries
 for _, raw in ipairs(deliveries) do
-  local ok, envelope = pcall(cjson.decode, raw)
-  if ok and type(envelope) == 'table' and type(envelope.due_at) == 'number' then
+  local envelope = decoded_object(raw)
+  if envelope and type(envelope.due_at) == 'number' then
     ready_head_due = envelope.due_at
     break
   end
