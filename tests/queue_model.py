@@ -10,14 +10,12 @@ a test).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import orjson
-import redis.asyncio as redis
 
 from aioqueue._engine.browse import inspect_event, pending_page, reschedule
 from aioqueue._engine.envelope import Envelope
@@ -26,8 +24,7 @@ from aioqueue._engine.pausing import pause, resume
 from aioqueue._engine.rate_limits import set_rate_limit
 from aioqueue._engine.store import DispatchResult, EnqueueItem, QueueStore
 from aioqueue._model.rate_limit import RateLimit
-
-T = TypeVar("T")
+from tests.support import SteppedRedis
 
 EVENT_TYPE = "Prop"
 KEYS = QueueKeys.for_type("prop", EVENT_TYPE)
@@ -92,14 +89,11 @@ class Held:
     envelope: Envelope
 
 
-class QueueModel:
+class QueueModel(SteppedRedis):
     """The model of one queue, and the real one it drives and checks."""
 
     def __init__(self, url: str) -> None:
-        # Steps are synchronous: each step runs its Redis calls on this loop (asyncio.Runner
-        # would do, but the package still supports Python 3.10).
-        self.loop = asyncio.new_event_loop()
-        self.client: redis.Redis = self.run(self._connect(url))
+        super().__init__(url)
         self.store = QueueStore(self.client, KEYS, EVENT_TYPE)
         self.pending: dict[str, Pending] = {}
         self.dead: dict[str, Pending] = {}
@@ -115,20 +109,6 @@ class QueueModel:
         """Claims handed out while a limit was recorded: the rate window's content."""
         self.serial = False
         """Whether the payload field `n` is recorded as the type's serial key."""
-
-    @staticmethod
-    async def _connect(url: str) -> redis.Redis:
-        client = redis.Redis.from_url(url)
-        await client.flushall()
-        return client
-
-    def run(self, awaitable: Awaitable[T]) -> T:
-        return self.loop.run_until_complete(awaitable)
-
-    def close(self) -> None:
-        self.run(self.client.aclose())
-        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        self.loop.close()
 
     def _new_generation(self) -> int:
         self.generations += 1

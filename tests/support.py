@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TypeVar, cast
 
 import anyio
+import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import Event, event_context
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -121,3 +125,27 @@ async def blocked_in(client: RedisClient, command: str) -> int:
     else:
         entries = await client.client_list()
     return sum(1 for entry in entries if "b" in entry["flags"] and entry["cmd"] == command)
+
+
+class SteppedRedis:
+    """A client of a flushed server on an event loop of its own, for models whose steps are
+    synchronous (Hypothesis runs them): each step runs its Redis calls to completion here
+    (asyncio.Runner would do, but the package still supports Python 3.10)."""
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.client: redis.Redis = self.run(self._connect(url))
+
+    @staticmethod
+    async def _connect(url: str) -> redis.Redis:
+        client = redis.Redis.from_url(url)
+        await client.flushall()
+        return client
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        self.run(self.client.aclose())
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()

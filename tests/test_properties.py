@@ -109,6 +109,14 @@ SETTINGS = settings(
 )
 
 
+pytestmark = [
+    # A failure is shrunk for up to 5 minutes (Hypothesis's own limit) before it is reported.
+    pytest.mark.timeout(400),
+    # Reporting a failure imports libcst where it is installed, which warns on import.
+    pytest.mark.filterwarnings("ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"),
+]
+
+
 def run_and_check(url: str, steps: list[Step], *, serial_keys: bool) -> None:
     """Runs `steps` on an empty server, checking Redis against the model after each one."""
     with queue_model(url) as model:
@@ -120,10 +128,6 @@ def run_and_check(url: str, steps: list[Step], *, serial_keys: bool) -> None:
             check_redis_holds_exactly_the_model(model)
 
 
-# A failure is shrunk for up to 5 minutes (Hypothesis's own limit) before it is reported.
-@pytest.mark.timeout(400)
-# Reporting a failure imports libcst where it is installed, which warns on import.
-@pytest.mark.filterwarnings("ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning")
 @SETTINGS
 @given(steps=STEPS)
 def test_no_sequence_of_operations_loses_or_invents_an_event(
@@ -134,8 +138,6 @@ def test_no_sequence_of_operations_loses_or_invents_an_event(
     run_and_check(redis_server.url, steps, serial_keys=False)
 
 
-@pytest.mark.timeout(400)
-@pytest.mark.filterwarnings("ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning")
 @SETTINGS
 @given(steps=SERIAL_STEPS)
 def test_no_sequence_of_operations_runs_two_events_of_a_key_or_strands_a_parked_one(

@@ -9,13 +9,10 @@ produced since the last declaration, and a changed spec left no pending tick of 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import pytest
-import redis.asyncio as redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +21,7 @@ from aioqueue._engine.store import EnqueueItem
 from aioqueue._recurring.records import ScheduleRecord, declare, produce_tick, read_record
 from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue.testing import EmbeddedServer
+from tests.support import SteppedRedis
 
 T = TypeVar("T")
 KEYS = QueueKeys.for_type("prop", "Beat")
@@ -52,28 +50,14 @@ class Keeper:
     """Which declaration the keeper's read saw."""
 
 
-class Model:
+class Model(SteppedRedis):
     def __init__(self, url: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.client: redis.Redis = self.run(self._connect(url))
+        super().__init__(url)
         self.keepers = [Keeper(), Keeper(), Keeper()]
         self.since_declared: list[int] = []
         self.spec = SPECS[0]
         self.declaration = 0
         self.run(declare(self.client, KEYS, "prop", "Beat", "beat", self.spec))
-
-    @staticmethod
-    async def _connect(url: str) -> redis.Redis:
-        client = redis.Redis.from_url(url)
-        await client.flushall()
-        return client
-
-    def run(self, awaitable: Awaitable[T]) -> T:
-        return self.loop.run_until_complete(awaitable)
-
-    def close(self) -> None:
-        self.run(self.client.aclose())
-        self.loop.close()
 
     def apply(self, operation: str, keeper_index: int, spec_index: int) -> None:
         keeper = self.keepers[keeper_index]

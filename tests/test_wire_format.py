@@ -10,8 +10,9 @@ from redis.exceptions import ResponseError
 
 from aioqueue import EventServiceBuilder
 from aioqueue._engine.client import RedisClient
+from aioqueue._engine.keys import QueueKeys
 from aioqueue._engine.scripts import script_source
-from tests.support import PaymentCheck, Recorder, wait_until
+from tests.support import PaymentCheck, Recorder, drained, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -83,14 +84,10 @@ async def test_envelopes_stored_with_the_long_keys_are_handled_and_requeued_with
     async with service_builder().build() as service:
         service.add_handler(PaymentCheck, succeeding)
         [delivery] = await succeeding.wait_for(1)
-        await wait_until(lambda: nothing_left(redis_client))
+        await wait_until(drained(redis_client, QueueKeys.for_type("aioqueue", "PaymentCheck")))
     assert (delivery.event, delivery.context) == (
         PaymentCheck(id="p-5", order_id=5), {"trace": "t-5"}
     )  # fmt: skip
-
-
-async def nothing_left(client: RedisClient) -> bool:
-    return await client.hlen(EVENTS) == 0 and await client.zcard(SCHEDULE) == 0
 
 
 async def test_an_id_inside_the_payload_is_ignored_and_cancel_works_as_documented(
