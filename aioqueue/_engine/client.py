@@ -12,6 +12,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .packing import pack_commands_in_c
+
 __all__ = [
     "REPLY_TIMEOUT",
     "RedisClient",
@@ -36,11 +38,13 @@ its own timeout) before it fails with redis.exceptions.TimeoutError."""
 
 def client_from_url(url: str, **options: Any) -> RedisClient:
     """A client for `url`; `redis+cluster://` or `rediss+cluster://` selects Redis Cluster.
-    Options given in the URL's query win over `options`."""
+    Options given in the URL's query win over `options`. It packs commands in C (see
+    packing.py)."""
     for scheme in ("redis+cluster://", "rediss+cluster://"):
         if url.startswith(scheme):
-            return _SlotMapFirstCluster.from_url(url.replace("+cluster", "", 1), **options)
-    return Redis.from_url(url, **options)
+            cluster = _SlotMapFirstCluster.from_url(url.replace("+cluster", "", 1), **options)
+            return pack_commands_in_c(cluster)
+    return pack_commands_in_c(Redis.from_url(url, **options))
 
 
 def sync_client_from_url(url: str, **options: Any) -> SyncRedisClient:
