@@ -6,11 +6,13 @@ import zlib
 from collections import Counter
 from collections.abc import Callable
 
+import anyio
 import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder, InvalidEnqueueError, NoMetrics
 from aioqueue._engine.keys import QueueLayout
+from tests.conftest import ScriptCall
 from tests.support import OrderTimeout, PaymentCheck, Recorder, queue_key, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -114,3 +116,20 @@ async def test_the_largest_batches_go_through_the_scripts_in_chunks(
         await wait_until(drained)
     assert Counter(handler.ids) == Counter(f"p-{n}" for n in range(10_000))
     assert max(dispatched) == 10_000  # one dispatch call moved them all
+
+
+async def test_concurrent_enqueues_of_a_partitioned_type_share_one_call_per_partition(
+    service_builder: Builder, script_calls: list[ScriptCall]
+) -> None:
+    """32 enqueues in flight at once, spread over 8 partitions: they go out together, one
+    script call per partition (pipelined per node), not one call per partition and caller."""
+    async with service_builder().partitions(OrderTimeout, 8).build() as service:
+        await service.enqueue(OrderTimeout(id="first"), 60)  # records the type
+        script_calls.clear()
+        async with anyio.create_task_group() as callers:
+            for n in range(32):
+                callers.start_soon(service.enqueue, OrderTimeout(id=f"o-{n}"), 60)
+    enqueues = [call for call in script_calls if call.script == "enqueue"]
+    partitions = {zlib.crc32(f"o-{n}".encode()) % 8 for n in range(32)}
+    assert len(enqueues) == len(partitions)
+    assert sum((len(call.args) - 2) // 5 for call in enqueues) == 32

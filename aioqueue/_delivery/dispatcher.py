@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +25,10 @@ READY_FULL_PAUSE = 0.05
 # a row, doubling up to the maximum; the other types are dispatched as usual meanwhile.
 ISOLATION_FIRST = 0.5
 ISOLATION_MAX = 30.0
+# Dispatch calls in flight at once in a pass, each on a pooled connection: enough for every
+# partition of a hot type, bounded because the async pools refuse connections past their
+# limit instead of waiting.
+CONCURRENT_DISPATCHES = 16
 
 
 class _SetAside:
@@ -129,12 +134,15 @@ class Dispatcher:
                     errors.reset()
 
     async def _dispatch_all(self, watchers: TaskGroup) -> float:
-        """One pass over every event type; returns how long to sleep before the next."""
+        """One pass over every event type (and partition), the calls in flight together: a
+        pass takes one round trip, not one per queue; returns how long to sleep before the
+        next pass."""
         config = self._config
         pause = config.scheduling_interval
         stores = list(self._stores())
         self._watch_wake_signals(stores, watchers)
         self._ready_full = False
+        due_stores = []
         for store in stores:
             set_aside = self._set_aside.get(store.keys.schedule)
             if set_aside is not None:
@@ -142,22 +150,33 @@ class Dispatcher:
                 if wait > 0:
                     pause = min(pause, wait)
                     continue
-            try:
-                result = await store.dispatch(
+            due_stores.append(store)
+        limiter = asyncio.Semaphore(CONCURRENT_DISPATCHES)
+
+        async def dispatch(store: QueueStore) -> DispatchResult:
+            async with limiter:
+                return await store.dispatch(
                     batch_size=config.scheduling_batch_size,
                     lease_ms=config.lease_ms,
                     max_attempts=config.retry_attempts,
                     ready_capacity=config.ready_capacity,
                 )
-            except ResponseError as exc:
+
+        outcomes = await asyncio.gather(
+            *(dispatch(store) for store in due_stores), return_exceptions=True
+        )
+        for store, outcome in zip(due_stores, outcomes, strict=True):
+            if isinstance(outcome, ResponseError):
                 # The server answered, and refused this type only: the others go on.
-                pause = min(pause, self._set_type_aside(store, exc))
+                pause = min(pause, self._set_type_aside(store, outcome))
                 continue
+            if isinstance(outcome, BaseException):
+                raise outcome
             if self._set_aside.pop(store.keys.schedule, None) is not None:
                 logger.info("dispatching %s recovered", store.event_type)
-            if result.dispatched:
-                config.metrics.events_dispatched(store.event_type, result.dispatched)
-            pause = min(pause, self._pause_after(result))
+            if outcome.dispatched:
+                config.metrics.events_dispatched(store.event_type, outcome.dispatched)
+            pause = min(pause, self._pause_after(outcome))
         return pause
 
     def _set_type_aside(self, store: QueueStore, error: ResponseError) -> float:

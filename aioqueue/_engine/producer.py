@@ -10,10 +10,12 @@ import anyio
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.event import Event
 
+from .client import RedisClient
 from .coalescer import Coalescer
+from .keys import QueueLayout
 from .queues import QueueDirectory
-from .store import QueueStore
-from .writes import DueTime, EnqueueItem, event_item
+from .steps import run_steps
+from .writes import DueTime, EnqueueItem, enqueue_layout_steps, event_item
 
 __all__ = ["Producer"]
 
@@ -27,14 +29,16 @@ CONCURRENT_CHUNKS = 4
 class Producer:
     """Validates events and schedules them, grouped per partition and chunked."""
 
-    __slots__ = ("_coalescers", "_config", "_queues")
+    __slots__ = ("_client", "_coalescers", "_config", "_queues")
 
-    def __init__(self, queues: QueueDirectory, config: ServiceConfig) -> None:
+    def __init__(self, client: RedisClient, queues: QueueDirectory, config: ServiceConfig) -> None:
+        self._client = client
         self._queues = queues
         self._config = config
-        # Calls that share a queue and a write mode share script calls.
+        # Calls that share a type and a write mode share script calls, whatever their
+        # partitions: a batch goes out as one call per partition, sent together.
         self._coalescers: dict[
-            tuple[QueueStore, bool, int | None], Coalescer[EnqueueItem, bool]
+            tuple[QueueLayout, bool, int | None], Coalescer[EnqueueItem, bool]
         ] = {}
 
     async def enqueue(
@@ -46,15 +50,14 @@ class Producer:
         replace: bool,
         max_wait_ms: int | None = None,
     ) -> bool:
-        """Schedules one event. Concurrent calls for the same queue share script calls."""
-        queue = await self._queues.recorded(type(event))
+        """Schedules one event. Concurrent calls for the same type share script calls."""
+        layout = (await self._queues.recorded(type(event))).layout
         item = self._item(event, due, context)
-        store = queue.store_for(item.id)
-        mode = (store, replace, max_wait_ms)
+        mode = (layout, replace, max_wait_ms)
         coalescer = self._coalescers.get(mode)
         if coalescer is None:
             coalescer = self._coalescers[mode] = Coalescer(
-                functools.partial(store.enqueue, replace=replace, max_wait_ms=max_wait_ms),
+                functools.partial(self._write, layout, replace=replace, max_wait_ms=max_wait_ms),
                 CHUNK_SIZE,
             )
         return await coalescer.submit(item)
@@ -72,26 +75,24 @@ class Producer:
 
         Every event is validated and encoded before anything is written.
         """
-        batches: dict[QueueStore, list[tuple[int, EnqueueItem]]] = {}
+        by_type: dict[QueueLayout, list[tuple[int, EnqueueItem]]] = {}
         types: list[str] = []
         for index, event in enumerate(events):
-            queue = await self._queues.recorded(type(event))
-            item = self._item(event, due, context)
-            store = queue.store_for(item.id)
-            batches.setdefault(store, []).append((index, item))
-            types.append(queue.event_type)
+            layout = (await self._queues.recorded(type(event))).layout
+            by_type.setdefault(layout, []).append((index, self._item(event, due, context)))
+            types.append(layout.event_type)
         results = [False] * len(types)
         chunks = [
-            (store, entries[start : start + CHUNK_SIZE])
-            for store, entries in batches.items()
+            (layout, entries[start : start + CHUNK_SIZE])
+            for layout, entries in by_type.items()
             for start in range(0, len(entries), CHUNK_SIZE)
         ]
         limiter = anyio.CapacityLimiter(CONCURRENT_CHUNKS)
 
-        async def write(store: QueueStore, chunk: list[tuple[int, EnqueueItem]]) -> None:
+        async def write(layout: QueueLayout, chunk: list[tuple[int, EnqueueItem]]) -> None:
             async with limiter:
-                scheduled = await store.enqueue(
-                    [item for _, item in chunk], replace=replace, max_wait_ms=max_wait_ms
+                scheduled = await self._write(
+                    layout, [item for _, item in chunk], replace=replace, max_wait_ms=max_wait_ms
                 )
             for (index, _), was_scheduled in zip(chunk, scheduled, strict=True):
                 results[index] = was_scheduled
@@ -100,9 +101,22 @@ class Producer:
             await write(*chunks[0])
         else:
             async with anyio.create_task_group() as writers:
-                for store, chunk in chunks:
-                    writers.start_soon(write, store, chunk)
+                for layout, chunk in chunks:
+                    writers.start_soon(write, layout, chunk)
         return list(zip(types, results, strict=True))
+
+    async def _write(
+        self,
+        layout: QueueLayout,
+        items: list[EnqueueItem],
+        *,
+        replace: bool,
+        max_wait_ms: int | None,
+    ) -> list[bool]:
+        steps = enqueue_layout_steps(
+            self._client, layout, items, replace=replace, max_wait_ms=max_wait_ms
+        )
+        return await run_steps(self._client, steps)
 
     def prepare(self, event: Event, due: DueTime, context: str = "{}") -> EnqueueItem:
         """Validates and encodes one event for a script that writes it (a schedule's tick)."""

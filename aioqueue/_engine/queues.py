@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import anyio
+
 from aioqueue._model.event import Event
 
 from .client import RedisClient
-from .event_types import EventTypes
+from .event_types import EventTypeRecord, EventTypes
 from .keys import QueueLayout, partition_of
 from .steps import run_steps
 from .store import QueueStore
@@ -35,13 +39,16 @@ class TypeQueue:
 class QueueDirectory:
     """The queues one service touches, by wire name, and the event types it writes."""
 
-    __slots__ = ("_client", "_prefix", "_queues", "types")
+    __slots__ = ("_client", "_prefix", "_queues", "_resolving", "types")
 
     def __init__(self, client: RedisClient, prefix: str, types: EventTypes) -> None:
         self._client = client
         self._prefix = prefix
         self.types = types
         self._queues: dict[str, TypeQueue] = {}
+        self._resolving: dict[type[Event], asyncio.Future[EventTypeRecord]] = {}
+        """Resolutions under way: the first enqueues of a class, often many at once, wait
+        for one (each would otherwise take a connection of its own for the same writes)."""
 
     def queue(self, event_type: str) -> TypeQueue:
         queue = self._queues.get(event_type)
@@ -57,5 +64,25 @@ class QueueDirectory:
         EventTypes.resolve: registry, published schema, serial key)."""
         record = self.types.known(event_class)
         if record is None:
-            record = await run_steps(self._client, self.types.resolve(event_class))
+            record = await self._resolve(event_class)
         return self.queue(record.event_type)
+
+    async def _resolve(self, event_class: type[Event]) -> EventTypeRecord:
+        resolving = self._resolving.get(event_class)
+        if resolving is not None:
+            return await asyncio.shield(resolving)
+        resolving = self._resolving[event_class] = asyncio.get_running_loop().create_future()
+        try:
+            # Shielded, as the coalescer's flushes are: others wait on it (each reply has
+            # its deadline, so this cannot hang).
+            with anyio.CancelScope(shield=True):
+                record = await run_steps(self._client, self.types.resolve(event_class))
+        except BaseException as exc:
+            resolving.set_exception(exc)
+            resolving.exception()  # retrieved: a lone caller's failure is not logged as lost
+            raise
+        else:
+            resolving.set_result(record)
+            return record
+        finally:
+            del self._resolving[event_class]

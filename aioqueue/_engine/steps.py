@@ -16,12 +16,12 @@ back as a list with each refusal in its command's place.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-import anyio
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import ResponseError
 
@@ -43,8 +43,11 @@ Command: TypeAlias = "tuple[str | int | bytes, ...]"
 
 @dataclass(frozen=True, slots=True)
 class Pipeline:
-    """Commands sent together: one round trip on a single server. On a cluster they go out
-    at once, each to the node of its keys (redis-py's cluster pipelines refuse scripts)."""
+    """Script calls (FCALL, EVALSHA, EVAL, each with at least one key) sent together: one
+    round trip on a single server, one per node on a cluster (redis-py's cluster pipelines
+    refuse scripts, so the calls of each node go out on one of its connections). A call a
+    node refuses (MOVED after a resharding included) comes back as its error, for the caller
+    to send again on its own, through redis-py's usual routing."""
 
     commands: Sequence[Command]
 
@@ -103,34 +106,75 @@ def run_steps_sync(client: SyncRedisClient, steps: Steps[R]) -> R:
 
 async def _pipeline(client: RedisClient, commands: Sequence[Command]) -> list[Any]:
     if isinstance(client, RedisCluster):
-        replies: list[Any] = [None] * len(commands)
-
-        async def send(index: int, command: Command) -> None:
-            try:
-                replies[index] = await within_reply_timeout(client.execute_command(*command))
-            except ResponseError as exc:
-                replies[index] = exc
-
-        async with anyio.create_task_group() as in_flight:
-            for index, command in enumerate(commands):
-                in_flight.start_soon(send, index, command)
-        return replies
+        return await _cluster_pipeline(client, commands)
     async with client.pipeline(transaction=False) as pipe:
         for command in commands:
             pipe.execute_command(*command)
         return await within_reply_timeout(pipe.execute(raise_on_error=False))
 
 
+async def _cluster_pipeline(client: RedisCluster, commands: Sequence[Command]) -> list[Any]:
+    replies: list[Any] = [None] * len(commands)
+    by_node: dict[ClusterNode, list[PipelineCommand]] = {}
+    for position, command in enumerate(commands):
+        node = client.get_node_from_key(_routing_key(command))
+        if node is None:  # a slot no node serves (yet): the call is sent again on its own
+            replies[position] = ResponseError(f"no node serves the keys of {command[:4]!r}")
+            continue
+        by_node.setdefault(node, []).append(PipelineCommand(position, *command))
+
+    async def send(node: ClusterNode, node_commands: list[PipelineCommand]) -> None:
+        # Each reply (or error) lands on its command; a connection error fails them all.
+        await within_reply_timeout(node.execute_pipeline(node_commands))
+        for node_command in node_commands:
+            replies[node_command.position] = node_command.result
+
+    # gather rather than a task group: a node that fails raises its own error (a
+    # ConnectionError the caller handles), not an exception group around it.
+    outcomes = await asyncio.gather(
+        *(send(node, node_commands) for node, node_commands in by_node.items()),
+        return_exceptions=True,
+    )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return replies
+
+
+def _routing_key(command: Command) -> str:
+    """The first key of a script call (FCALL/EVALSHA/EVAL name, numkeys, key, ...)."""
+    key = command[3]
+    if int(command[2]) < 1 or isinstance(key, int):
+        raise ValueError(f"a pipelined call must be a script call with keys: {command[:4]!r}")
+    return key.decode() if isinstance(key, bytes) else key
+
+
 def _pipeline_sync(client: SyncRedisClient, commands: Sequence[Command]) -> list[Any]:
     if isinstance(client, SyncRedisCluster):
-        replies: list[Any] = []
-        for command in commands:
-            try:
-                replies.append(client.execute_command(*command))  # type: ignore[no-untyped-call]
-            except ResponseError as exc:
-                replies.append(exc)
-        return replies
+        return _cluster_pipeline_sync(client, commands)
     with client.pipeline(transaction=False) as pipe:
         for command in commands:
             pipe.execute_command(*command)  # type: ignore[no-untyped-call]
         return pipe.execute(raise_on_error=False)
+
+
+def _cluster_pipeline_sync(client: SyncRedisCluster, commands: Sequence[Command]) -> list[Any]:
+    replies: list[Any] = [None] * len(commands)
+    by_node: dict[str, list[int]] = {}
+    nodes = {}
+    for position, command in enumerate(commands):
+        node = client.get_node_from_key(_routing_key(command))  # type: ignore[no-untyped-call]
+        if node is None:
+            replies[position] = ResponseError(f"no node serves the keys of {command[:4]!r}")
+            continue
+        nodes[node.name] = node
+        by_node.setdefault(node.name, []).append(position)
+    for name, positions in by_node.items():
+        # The node's own client: its pipeline takes scripts, and errors stay per command.
+        node_client = client.get_redis_connection(nodes[name])
+        with node_client.pipeline(transaction=False) as pipe:
+            for position in positions:
+                pipe.execute_command(*commands[position])  # type: ignore[no-untyped-call]
+            for position, reply in zip(positions, pipe.execute(raise_on_error=False), strict=True):
+                replies[position] = reply
+    return replies

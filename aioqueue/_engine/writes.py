@@ -27,7 +27,7 @@ from aioqueue._model.event import Event
 from aioqueue._model.serializer import Serializer
 
 from .envelope import text
-from .keys import QueueKeys, QueueLayout
+from .keys import QueueKeys, QueueLayout, partition_of
 from .scripts import CANCEL, ENQUEUE, RESCHEDULE
 from .steps import Steps
 
@@ -39,6 +39,7 @@ __all__ = [
     "cancel_steps",
     "context_json",
     "enqueue_call",
+    "enqueue_layout_steps",
     "enqueue_steps",
     "event_item",
     "max_wait_ms",
@@ -209,6 +210,43 @@ def enqueue_steps(
         keys, event_type, items, replace=replace, max_wait_ms=max_wait_ms
     )
     return scheduled_flags((yield from ENQUEUE.steps(client, script_keys, args)))
+
+
+def enqueue_layout_steps(
+    client: object,
+    layout: QueueLayout,
+    items: Sequence[EnqueueItem],
+    *,
+    replace: bool,
+    max_wait_ms: int | None = None,
+) -> Steps[list[bool]]:
+    """Schedules `items` of one type, whatever their partitions: one script call per
+    partition, sent together (one round trip on a single server, one per node on a
+    cluster). Returns what enqueue_steps would, in the order of `items`."""
+    if layout.partitions == 1:
+        return (
+            yield from enqueue_steps(
+                client, layout.all_keys[0], layout.event_type, items,
+                replace=replace, max_wait_ms=max_wait_ms,
+            )
+        )  # fmt: skip
+    positions: dict[int, list[int]] = {}
+    for position, item in enumerate(items):
+        positions.setdefault(partition_of(item.id, layout.partitions), []).append(position)
+    calls = [
+        enqueue_call(
+            layout.all_keys[partition], layout.event_type,
+            [items[position] for position in in_partition],
+            replace=replace, max_wait_ms=max_wait_ms,
+        )
+        for partition, in_partition in positions.items()
+    ]  # fmt: skip
+    replies = yield from ENQUEUE.pipelined_steps(client, calls)
+    scheduled = [False] * len(items)
+    for in_partition, reply in zip(positions.values(), replies, strict=True):
+        for position, flag in zip(in_partition, scheduled_flags(reply), strict=True):
+            scheduled[position] = flag
+    return scheduled
 
 
 def scheduled_flags(reply: Any) -> list[bool]:

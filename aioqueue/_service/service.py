@@ -58,7 +58,7 @@ class EventService(
             config.prefix, config.serializer, config.partitions, default_partitions=1
         )
         self._queues = QueueDirectory(client, config.prefix, types)
-        self._producer = Producer(self._queues, config)
+        self._producer = Producer(client, self._queues, config)
         self._registrations = {}
         self._schedules = {}
         # Made when the service starts: anyio's primitives need a running event loop, and a
