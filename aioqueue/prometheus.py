@@ -1,4 +1,4 @@
-"""Prometheus metrics for aioqueue (`pip install 'aioqueue[prometheus]'`).
+"""Prometheus metrics for aioqueue (`pip install 'aioqueue-redis[prometheus]'`).
 
     metrics = PrometheusMetrics()
     service = EventService.builder().url(url).metrics(metrics).build()
@@ -28,7 +28,7 @@ try:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "aioqueue.prometheus needs prometheus_client: pip install 'aioqueue[prometheus]'"
+        "aioqueue.prometheus needs prometheus_client: pip install 'aioqueue-redis[prometheus]'"
     ) from exc
 
 from aioqueue._admin.stats import QueueStats, read_stats

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing across the delay (`pip install 'aioqueue[otel]'`).
+"""OpenTelemetry tracing across the delay (`pip install 'aioqueue-redis[otel]'`).
 
     service = EventService.builder().url(url).instrumentation(OpenTelemetryTracing()).build()
 
@@ -19,7 +19,7 @@ try:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "aioqueue.tracing needs opentelemetry-api: pip install 'aioqueue[otel]'"
+        "aioqueue.tracing needs opentelemetry-api: pip install 'aioqueue-redis[otel]'"
     ) from exc
 
 from aioqueue._model.instrumentation import HandlingScope

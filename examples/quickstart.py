@@ -1,7 +1,7 @@
 """The README's example as a program: schedule a payment check, handle it, shut down.
 
 Run it against your server with `AIOQUEUE_URL=redis://localhost:6379 python examples/quickstart.py`;
-without AIOQUEUE_URL it starts an embedded server (`pip install 'aioqueue[demo]'`).
+without AIOQUEUE_URL it starts an embedded server (`pip install 'aioqueue-redis[demo]'`).
 """
 
 from __future__ import annotations

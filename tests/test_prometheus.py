@@ -91,4 +91,4 @@ def test_missing_extra_names_the_install_command() -> None:
         "except ImportError as exc:\n    print(exc)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "pip install 'aioqueue[prometheus]'" in result.stdout, result.stderr
+    assert "pip install 'aioqueue-redis[prometheus]'" in result.stdout, result.stderr
