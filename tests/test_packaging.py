@@ -5,7 +5,6 @@ declared as SPDX."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,10 @@ PENDING_RENAME = {"aioqueue/spark/__init__.py", "aioqueue/testing/_server.py"}
 
 
 def pyproject() -> dict[str, Any]:
-    if sys.version_info < (3, 11):
-        pytest.skip("tomllib is new in Python 3.11")
-    import tomllib
-
+    tomllib = pytest.importorskip("tomllib")  # new in Python 3.11
     with (ROOT / "pyproject.toml").open("rb") as file:
-        return tomllib.load(file)
+        project: dict[str, Any] = tomllib.load(file)
+    return project
 
 
 def documents() -> list[Path]:

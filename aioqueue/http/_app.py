@@ -40,6 +40,10 @@ from ._types import type_routes
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+METRICS_NEED_PROMETHEUS = (
+    "metrics need prometheus_client: pip install 'aioqueue-redis[prometheus]' "
+    "where `aioqueue serve` runs, and restart it"
+)
 # Dead letters one listing returns at most, whatever `limit` asks for.
 MAX_LISTING = 1000
 
@@ -96,9 +100,7 @@ def create_app(
         *schedule_routes(state, api),
         *type_routes(state, api),
     ]
-    metrics = _metrics_endpoint(state)
-    if metrics is not None:
-        routes.append(Route("/metrics", api(metrics)))
+    routes.append(Route("/metrics", api(_metrics_endpoint(state))))
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=ERROR_HANDLERS)
 
 
@@ -136,15 +138,21 @@ def dashboard_file(name: str, media_type: str) -> Endpoint:
     return serve
 
 
-def _metrics_endpoint(state: _State) -> Endpoint | None:
+def _metrics_endpoint(state: _State) -> Endpoint:
     """`GET /metrics`: the queue gauges in Prometheus' format, read from Redis on every
-    scrape; only when prometheus_client is installed (the `prometheus` extra)."""
+    scrape. Without prometheus_client (the `prometheus` extra) it answers 501 with the
+    install command: a scraper's log then says what to do, where a bare 404 would read as
+    a wrong path."""
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
         from aioqueue.prometheus import PrometheusMetrics
     except ImportError:
-        return None
+
+        async def missing(request: Request) -> Response:
+            return _error(501, METRICS_NEED_PROMETHEUS)
+
+        return missing
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry)
 
