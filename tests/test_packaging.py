@@ -52,7 +52,7 @@ def install_commands() -> set[tuple[str, str, str]]:
 
 def test_every_install_command_names_the_distribution_and_an_extra_it_defines() -> None:
     commands = install_commands()
-    assert {extra for _, _, extra in commands} >= {"all", "demo", "http", "spark"}
+    assert {extra for _, _, extra in commands} >= {"all", "demo", "http", "spark", "docs"}
     extras = pyproject()["project"]["optional-dependencies"]
     assert [(path, extra) for path, _, extra in sorted(commands) if extra not in extras] == []
     wrong_name = {
