@@ -69,8 +69,10 @@ class PythonExample:
     @property
     def is_support_file(self) -> bool:
         """A file a test of its page needs (conftest.py), not a program of its own."""
-        return self.block.title is not None and not self.is_pytest_file and (
-            not self.file_name.endswith(".py") or self.file_name == "conftest.py"
+        return (
+            self.block.title is not None
+            and not self.is_pytest_file
+            and (not self.file_name.endswith(".py") or self.file_name == "conftest.py")
         )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -95,6 +96,24 @@ def test_every_included_file_is_an_example_program_the_suite_runs() -> None:
     for path in included:
         assert path.parent == ROOT / "examples", path
         assert path.is_file(), path
+
+
+def test_the_blocks_pass_the_projects_linters(tmp_path: Path) -> None:
+    """ruff check and ruff format, with the project's settings: a block is code we ship."""
+    for number, example in enumerate(EXAMPLES):
+        if example.block.included_file is None:
+            (tmp_path / f"block_{number:03d}_{example.file_name}").write_text(example.block.code)
+    # Outside the repository ruff cannot tell that aioqueue is first-party.
+    settings = ["--config", str(ROOT / "pyproject.toml"), "--config",
+                'lint.isort.known-first-party=["aioqueue"]']  # fmt: skip
+    for command in (["check"], ["format", "--check", "--diff"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", *command, *settings, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
 
 
 def _environment(example: PythonExample, url: str, workdir: Path) -> dict[str, str]:
