@@ -49,8 +49,12 @@ def _copy_of_the_checkout(target: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    source = _copy_of_the_checkout(tmp_path_factory.mktemp("build") / "source")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _copy_of_the_checkout(tmp_path_factory.mktemp("build") / "source")
+
+
+@pytest.fixture(scope="module")
+def built(source: Path) -> Built:
     out = source.parent / "dist"
     # Without a flag, `build` makes the sdist and then the wheel *from the sdist*, as pip
     # does from an index: a file the sdist lacks is missing from the wheel too.
@@ -69,12 +73,27 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return Built(wheel, sdist, output)
 
 
+def _warnings(output: str) -> list[str]:
+    # setuptools' notices (a license table, license classifiers, an editable install's
+    # import hook...) are Python warnings in a banner of "!!". distutils' own lowercase
+    # "warning: byte-compiling is disabled" only echoes PYTHONDONTWRITEBYTECODE.
+    return [line for line in output.splitlines() if "Warning" in line or "!!" in line]
+
+
 def test_building_warns_about_nothing(built: Built) -> None:
-    # setuptools' deprecation notices (a license table, license classifiers...) are
-    # Python warnings in a banner of asterisks. distutils' own lowercase "warning:
-    # byte-compiling is disabled" only echoes PYTHONDONTWRITEBYTECODE and is not one.
-    warnings = [line for line in built.output.splitlines() if "Warning" in line or "!!" in line]
-    assert warnings == []
+    assert _warnings(built.output) == []
+
+
+def test_the_editable_install_of_dev_warns_about_nothing(source: Path, tmp_path: Path) -> None:
+    # What `pip install -e` asks the backend for when ./dev installs the repository.
+    result = subprocess.run(
+        [sys.executable, "-c",
+         f"import setuptools.build_meta as backend; backend.build_editable({str(tmp_path)!r})"],
+        cwd=source, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert _warnings(result.stdout + result.stderr) == []
+    assert list(tmp_path.glob("*.editable-*.whl"))
 
 
 def _package_data() -> set[str]:
