@@ -24,6 +24,7 @@ PUBLIC_MODULES = (
     "aioqueue.spark",
     "aioqueue.prometheus",
     "aioqueue.tracing",
+    "aioqueue.http",
     "aioqueue.pytest_plugin",
 )
 # Public names whose docstrings are still to be written (mkdocstrings leaves out what has

@@ -1,7 +1,9 @@
 """aioqueue's HTTP API and dashboard (`pip install 'aioqueue-redis[http]'`; `aioqueue serve`).
 
-app = create_app(url="redis://localhost:6379", prefix="aioqueue", token="secret")
-# run it with uvicorn, or mount it in your own Starlette/FastAPI app
+    app = create_app(url="redis://localhost:6379", prefix="aioqueue", token="secret")
+
+Run it with uvicorn, or mount it in your own Starlette or FastAPI app and enter its lifespan
+from yours (Starlette runs only the outermost app's lifespan; see the HTTP guide).
 """
 
 try:

@@ -40,6 +40,7 @@ from ._types import type_routes
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The largest request body `create_app` accepts unless told otherwise (1 MiB): 413 beyond."""
 METRICS_NEED_PROMETHEUS = (
     "metrics need prometheus_client: pip install 'aioqueue-redis[prometheus]' "
     "where `aioqueue serve` runs, and restart it"
@@ -62,8 +63,13 @@ def create_app(
     """The app for one prefix on one server: give `url` (the app connects and closes the
     client) or `client` (yours, never closed). With `token`, every API call needs
     `Authorization: Bearer <token>`; the dashboard page asks for it. Writes need JSON, a
-    foreign `Origin` is refused, and with `allowed_hosts` so is any other `Host` header (see
-    _guard.py); `aioqueue serve` passes the names it was started for."""
+    foreign `Origin` is refused, and with `allowed_hosts` so is any other `Host` header;
+    `aioqueue serve` passes the names it was started for. Request bodies beyond
+    `max_body_bytes` are refused with 413.
+
+    The Redis client is opened in the app's lifespan: mounted in another app, enter
+    `app.router.lifespan_context(app)` from that app's lifespan.
+    """
     if (url is None) == (client is None):
         raise ValueError("give exactly one of url and client")
     validate_prefix(prefix)
