@@ -19,6 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.scripts import LuaScript
+from aioqueue._engine.steps import Steps
 from aioqueue.testing import EmbeddedCluster, EmbeddedServer
 
 ServerFactory = Callable[..., EmbeddedServer]
@@ -134,17 +135,28 @@ class ScriptCall:
 
 @pytest.fixture
 def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
-    """Every Lua script call the test's services make, in order."""
+    """Every Lua script call the test's services make, in order (pipelined ones included:
+    every call is built by LuaScript.steps or LuaScript.pipelined_steps)."""
     calls: list[ScriptCall] = []
-    original_run = LuaScript.run
+    original_steps = LuaScript.steps
+    original_pipelined = LuaScript.pipelined_steps
 
-    async def recording_run(
-        script: LuaScript, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
-    ) -> Any:
+    def recording_steps(
+        script: LuaScript, client: object, keys: Sequence[str], args: Sequence[str | int | bytes]
+    ) -> Steps[Any]:
         calls.append(ScriptCall(script.name, list(keys), list(args)))
-        return await original_run(script, client, keys, args)
+        return original_steps(script, client, keys, args)
 
-    monkeypatch.setattr(LuaScript, "run", recording_run)
+    def recording_pipelined(
+        script: LuaScript,
+        client: object,
+        pipelined: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
+    ) -> Steps[list[Any]]:
+        calls.extend(ScriptCall(script.name, list(keys), list(args)) for keys, args in pipelined)
+        return original_pipelined(script, client, pipelined)
+
+    monkeypatch.setattr(LuaScript, "steps", recording_steps)
+    monkeypatch.setattr(LuaScript, "pipelined_steps", recording_pipelined)
     return calls
 
 

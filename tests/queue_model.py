@@ -22,7 +22,8 @@ from aioqueue._engine.envelope import Envelope
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.pausing import pause, resume
 from aioqueue._engine.rate_limits import set_rate_limit
-from aioqueue._engine.store import DispatchResult, EnqueueItem, QueueStore
+from aioqueue._engine.store import DispatchResult, QueueStore
+from aioqueue._engine.writes import EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
 from tests.support import SteppedRedis
 

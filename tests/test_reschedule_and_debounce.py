@@ -16,7 +16,8 @@ from aioqueue import EventServiceBuilder, InvalidEnqueueError
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.envelope import Envelope
 from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.store import EnqueueItem, QueueStore
+from aioqueue._engine.store import QueueStore
+from aioqueue._engine.writes import EnqueueItem
 from tests.support import PaymentCheck, Recorder, server_time_ms, wait_until
 
 Builder = Callable[[], EventServiceBuilder]

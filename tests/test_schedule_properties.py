@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.store import EnqueueItem
+from aioqueue._engine.writes import EnqueueItem
 from aioqueue._recurring.records import ScheduleRecord, declare, produce_tick, read_record
 from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue.testing import EmbeddedServer

@@ -28,6 +28,8 @@ from .envelope import (
 )
 from .keys import QueueKeys, QueueLayout
 from .scripts import LuaScript
+from .steps import run_steps
+from .writes import DueTime, MoveResult, reschedule_steps
 
 __all__ = [
     "MAX_PAGE",
@@ -44,7 +46,6 @@ __all__ = [
 
 PAGE = LuaScript("page")
 INSPECT = LuaScript("inspect")
-RESCHEDULE = LuaScript("reschedule")
 
 # Most events one page holds, whatever a caller asks for.
 MAX_PAGE = 1000
@@ -57,7 +58,6 @@ event holds its serial key (it is out of the schedule, so `pending` does not lis
 that event settles); dead: in the dead letters."""
 
 RunNowResult = Literal["due", "missing", "in_flight"]
-MoveResult = Literal["moved", "missing", "in_flight"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,17 +240,8 @@ async def reschedule(
 ) -> MoveResult:
     """Moves a pending event to `due_ms` (epoch ms when `absolute`, else a delay from the
     server's now), keeping payload, context and attempt count (see reschedule.lua)."""
-    keys = layout.keys_for(event_id)
-    result = text(
-        await RESCHEDULE.run(
-            client,
-            [keys.schedule, keys.events, keys.wake],
-            [event_id, "at" if absolute else "delay", due_ms],
-        )
-    )
-    if result not in ("moved", "missing", "in_flight"):
-        raise RuntimeError(f"reschedule.lua returned {result!r}")
-    return result  # type: ignore[return-value]
+    due = DueTime(due_ms, absolute=absolute, due_in=0.0)
+    return await run_steps(client, reschedule_steps(client, layout, event_id, due))
 
 
 def _page_keys(keys: QueueKeys) -> list[str]:

@@ -6,21 +6,27 @@ from collections.abc import Awaitable
 from typing import Any, TypeAlias, TypeVar
 
 import anyio
+import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
     "REPLY_TIMEOUT",
     "RedisClient",
+    "SyncRedisClient",
     "blocking_wait_limit",
     "client_from_url",
     "ensure_slot_map",
     "service_client_from_url",
+    "sync_client_from_url",
     "within_reply_timeout",
 ]
 
 RedisClient: TypeAlias = "Redis | RedisCluster"
+SyncRedisClient: TypeAlias = "redis.Redis | SyncRedisCluster"
+"""The blocking clients aioqueue's producers accept."""
 T = TypeVar("T")
 
 REPLY_TIMEOUT = 5.0
@@ -35,6 +41,15 @@ def client_from_url(url: str, **options: Any) -> RedisClient:
         if url.startswith(scheme):
             return _SlotMapFirstCluster.from_url(url.replace("+cluster", "", 1), **options)
     return Redis.from_url(url, **options)
+
+
+def sync_client_from_url(url: str, **options: Any) -> SyncRedisClient:
+    """A blocking client for `url`, with the URL schemes of client_from_url (for the
+    producers that run without an event loop: SyncProducer, Spark tasks)."""
+    for scheme in ("redis+cluster://", "rediss+cluster://"):
+        if url.startswith(scheme):
+            return SyncRedisCluster.from_url(url.replace("+cluster", "", 1), **options)
+    return redis.Redis.from_url(url, **options)
 
 
 def service_client_from_url(url: str) -> RedisClient:

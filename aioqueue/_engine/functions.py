@@ -21,6 +21,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from .client import RedisClient, within_reply_timeout
 from .recovery import logger
+from .steps import Command, Steps
 
 __all__ = ["LIBRARY", "FunctionLibrary", "library_source"]
 
@@ -57,30 +58,35 @@ class FunctionLibrary:
         self.source = library_source(names, self.name)
         # Per client: False once FCALL turned out unusable (no functions, or no right to
         # call or load them), so every later call goes straight to EVALSHA.
-        self._usable: weakref.WeakKeyDictionary[RedisClient, bool] = weakref.WeakKeyDictionary()
+        # Keyed by any client, asyncio or blocking.
+        self._usable: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
 
     def function(self, script: str) -> str:
         return f"{self.name}_{script}"
 
-    def usable(self, client: RedisClient) -> bool:
+    def usable(self, client: object) -> bool:
         return self._usable.get(client, True)
 
-    def disable(self, client: RedisClient) -> None:
+    def disable(self, client: object) -> None:
         """Sends `client`'s calls to EVALSHA/EVAL from now on."""
         self._usable[client] = False
 
-    async def load(self, client: RedisClient) -> None:
-        """FUNCTION LOAD REPLACE on every primary (idempotent: same name, same code)."""
-        await within_reply_timeout(client.function_load(self.source, replace=True))
+    def load_command(self) -> Command:
+        """FUNCTION LOAD REPLACE: idempotent (same name, same code); redis-py sends it to
+        every primary of a cluster."""
+        return ("FUNCTION LOAD", "REPLACE", self.source)
 
-    async def recover(self, client: RedisClient, error: ResponseError) -> bool:
+    async def load(self, client: RedisClient) -> None:
+        await within_reply_timeout(client.execute_command(*self.load_command()))
+
+    def recover(self, client: object, error: ResponseError) -> Steps[bool]:
         """After a failed FCALL: loads the library when it is missing (True: call again), or
         marks FCALL unusable for this client (False: use EVALSHA/EVAL). Re-raises an error
         that has nothing to do with functions."""
         message = str(error).lower()
         if "function not found" in message:
             try:
-                await self.load(client)
+                yield self.load_command()
                 return True
             except NoPermissionError:
                 logger.error(

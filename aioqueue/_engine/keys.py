@@ -66,6 +66,13 @@ class QueueKeys:
     """zset, every score 0: events parked while their serial key value is held, as
     `length:value:due:id` (due in ms, 15 digits), so each value's are one range in due order."""
 
+    @property
+    def settling(self) -> tuple[str, str, str, str]:
+        """The keys with which settling an event frees its serial key (see settle_serial in
+        _prelude.lua; passed for every type, they cost nothing for a type without one) and
+        counts its attempt out of `under_way` (see count_under_way in _prelude.lua)."""
+        return (self.serial_holders, self.serial_waiting, self.wake, self.counts)
+
     def run_record(self, run_id: str) -> str:
         """hash: event id -> enqueue result, for one Spark run (see enqueue.lua)."""
         return self.schedule.removesuffix(":schedule") + f":runs:{run_id}"

@@ -13,12 +13,20 @@ from dataclasses import dataclass, field
 
 from aioqueue._model.errors import PartitionCountMismatchError
 
-from .client import RedisClient, ensure_slot_map, within_reply_timeout
+from .client import RedisClient, within_reply_timeout
 from .envelope import readable_text, text
 from .keys import MAX_PARTITIONS, QueueLayout
 from .recovery import logger
+from .steps import Steps, run_steps
 
-__all__ = ["Registry", "known_layouts", "read_registry", "registry_key", "resolve_layout"]
+__all__ = [
+    "Registry",
+    "known_layouts",
+    "read_registry",
+    "registry_key",
+    "resolve_layout",
+    "resolve_layout_steps",
+]
 
 
 def registry_key(prefix: str) -> str:
@@ -34,20 +42,24 @@ async def resolve_layout(
     *,
     record: bool = True,
 ) -> QueueLayout:
+    """The type's layout as the registry records it (see resolve_layout_steps)."""
+    return await run_steps(
+        client, resolve_layout_steps(prefix, event_type, partitions, record=record)
+    )
+
+
+def resolve_layout_steps(
+    prefix: str, event_type: str, partitions: int | None, *, record: bool = True
+) -> Steps[QueueLayout]:
     """The type's layout as the registry records it. A type not recorded yet is recorded
     with `partitions` (1 when None), unless `record` is False (a reader). Raises
     PartitionCountMismatchError when `partitions` is given and the registry records another
     count, or records something that is no count."""
     key = registry_key(prefix)
-    # Often a service's first command, and concurrent enqueues all start here.
-    await ensure_slot_map(client)
     wanted = 1 if partitions is None else partitions
-    created: int | bool = record and await within_reply_timeout(
-        client.hsetnx(key, event_type, str(wanted))
-    )
-    if created:
+    if record and (yield ("HSETNX", key, event_type, str(wanted))):
         return QueueLayout(prefix, event_type, wanted)
-    stored = await within_reply_timeout(client.hget(key, event_type))
+    stored = yield ("HGET", key, event_type)
     if stored is None and not record:
         return QueueLayout(prefix, event_type, wanted)
     count = _count(stored)

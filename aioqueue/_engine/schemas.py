@@ -20,11 +20,13 @@ import orjson
 from .client import RedisClient, within_reply_timeout
 from .envelope import readable_text, text
 from .recovery import logger
+from .steps import Steps, run_steps
 
 __all__ = [
     "PublishedSchema",
     "SchemaField",
     "publish_schema",
+    "publish_schema_steps",
     "read_schema",
     "read_schemas",
     "resolved",
@@ -75,15 +77,22 @@ def schema_digest(schema: dict[str, Any]) -> str:
 async def publish_schema(
     client: RedisClient, prefix: str, event_type: str, schema: dict[str, Any]
 ) -> PublishedSchema:
+    """Publishes `schema` for the type (see publish_schema_steps)."""
+    return await run_steps(client, publish_schema_steps(prefix, event_type, schema))
+
+
+def publish_schema_steps(
+    prefix: str, event_type: str, schema: dict[str, Any]
+) -> Steps[PublishedSchema]:
     """Publishes `schema` for the type unless it is the published one already; logs a
     warning with both versions when it replaces another. Returns what is published now."""
     digest = schema_digest(schema)
     key = schemas_key(prefix)
-    current = await read_schema(client, prefix, event_type)
+    current = _usable(event_type, (yield ("HGET", key, event_type)))
     if current is not None and current.digest == digest:
         return current
     published = PublishedSchema(event_type, schema, digest, int(time.time() * 1000))
-    await within_reply_timeout(client.hset(key, event_type, orjson.dumps(published.to_json())))
+    yield ("HSET", key, event_type, orjson.dumps(published.to_json()))
     if current is not None:
         logger.warning(
             "the schema of %s changed: %s was published, this service publishes %s (the "
@@ -101,6 +110,10 @@ async def publish_schema(
 async def read_schema(client: RedisClient, prefix: str, event_type: str) -> PublishedSchema | None:
     """The type's published schema; None when none is, or the entry is unusable (logged)."""
     raw = await within_reply_timeout(client.hget(schemas_key(prefix), event_type))
+    return _usable(event_type, raw)
+
+
+def _usable(event_type: str, raw: bytes | str | None) -> PublishedSchema | None:
     if raw is None:
         return None
     try:

@@ -9,8 +9,9 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from .client import RedisClient, ensure_slot_map, within_reply_timeout
+from .client import RedisClient, SyncRedisClient
 from .functions import LIBRARY
+from .steps import Pipeline, Steps, run_steps, run_steps_sync
 
 __all__ = ["LuaScript", "script_source"]
 
@@ -27,7 +28,8 @@ def script_source(name: str) -> str:
 
 class LuaScript:
     """A script, run as its function of the aioqueue library (FCALL, loaded on first use when
-    missing), else by SHA with a fallback to EVAL when the server doesn't know it.
+    missing), else by SHA with a fallback to EVAL when the server doesn't know it; on an
+    asyncio client (`run`) or a blocking one (`run_sync`), by the same steps.
 
     EVAL (rather than SCRIPT LOAD) is the fallback because it is routed by the script's keys,
     so on a cluster it also teaches the right node the script.
@@ -42,28 +44,54 @@ class LuaScript:
         self.function = LIBRARY.function(name)
 
     async def run(
-        self, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
+        self, client: RedisClient, keys: Sequence[str], args: Sequence[str | int | bytes]
     ) -> Any:
         """Runs the script; fails with redis.exceptions.TimeoutError if Redis does not answer
         within REPLY_TIMEOUT."""
-        return await within_reply_timeout(self._run(client, keys, args))
+        return await run_steps(client, self.steps(client, keys, args))
 
-    async def _run(
-        self, client: RedisClient, keys: list[str], args: Sequence[str | int | bytes]
+    def run_sync(
+        self, client: SyncRedisClient, keys: Sequence[str], args: Sequence[str | int | bytes]
     ) -> Any:
-        await ensure_slot_map(client)
-        # Its function first (see functions.py); once that is known not to work for this
-        # client, the script by SHA.
+        """Runs the script on a blocking client."""
+        return run_steps_sync(client, self.steps(client, keys, args))
+
+    def steps(
+        self, client: object, keys: Sequence[str], args: Sequence[str | int | bytes]
+    ) -> Steps[Any]:
+        """The script's call on `client`: its function first (see functions.py); once that
+        is known not to work for this client, the script by SHA, then its source."""
         if LIBRARY.usable(client):
+            call = ("FCALL", self.function, len(keys), *keys, *args)
             try:
-                return await client.fcall(self.function, len(keys), *keys, *args)
+                return (yield call)
             except ResponseError as exc:
-                if await LIBRARY.recover(client, exc):
-                    return await client.fcall(self.function, len(keys), *keys, *args)
+                if (yield from LIBRARY.recover(client, exc)):
+                    return (yield call)
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            return (yield ("EVALSHA", self.sha, len(keys), *keys, *args))
         except NoScriptError:
-            return await client.eval(self.source, len(keys), *keys, *args)
+            return (yield ("EVAL", self.source, len(keys), *keys, *args))
+
+    def pipelined_steps(
+        self, client: object, calls: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]]
+    ) -> Steps[list[Any]]:
+        """Several calls of the script, (keys, args) each, in one pipeline; a call refused
+        there (a server that lacks the library or the script) is run again on its own, with
+        the fallbacks of `steps`."""
+        if LIBRARY.usable(client):
+            head: tuple[str | int, ...] = ("FCALL", self.function)
+        else:
+            head = ("EVALSHA", self.sha)
+        replies = yield Pipeline([(*head, len(keys), *keys, *args) for keys, args in calls])
+        results = []
+        for (keys, args), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                reply = yield from self.steps(client, keys, args)
+            elif isinstance(reply, BaseException):
+                raise reply
+            results.append(reply)
+        return results
 
     def __repr__(self) -> str:
         return f"LuaScript({self.name!r}, sha={self.sha[:10]})"
@@ -77,3 +105,4 @@ FAIL = LuaScript("fail")
 CANCEL = LuaScript("cancel")
 REQUEUE = LuaScript("requeue")
 EXTEND_LEASE = LuaScript("extend_lease")
+RESCHEDULE = LuaScript("reschedule")

@@ -7,8 +7,9 @@ from .client import RedisClient, within_reply_timeout
 from .envelope import text
 from .keys import QueueLayout
 from .recovery import logger
+from .steps import Steps, run_steps
 
-__all__ = ["read_serial_field", "record_serial_field"]
+__all__ = ["read_serial_field", "record_serial_field", "record_serial_field_steps"]
 
 
 async def read_serial_field(client: RedisClient, layout: QueueLayout) -> str | None:
@@ -18,13 +19,19 @@ async def read_serial_field(client: RedisClient, layout: QueueLayout) -> str | N
 
 
 async def record_serial_field(client: RedisClient, layout: QueueLayout, wanted: str) -> str:
+    """Records `wanted` unless a field is recorded already (see record_serial_field_steps)."""
+    return await run_steps(client, record_serial_field_steps(layout, wanted))
+
+
+def record_serial_field_steps(layout: QueueLayout, wanted: str) -> Steps[str]:
     """Records `wanted` unless a field is recorded already; returns the one in force, and logs
     when that is not `wanted` (the recorded one wins: every service must serialise on the same
     field, or two of them could run events of one key at once)."""
     keys = layout.all_keys[0]
-    if await within_reply_timeout(client.set(keys.serial_field, wanted, nx=True)):
+    if (yield ("SET", keys.serial_field, wanted, "NX")):
         return wanted
-    recorded = await read_serial_field(client, layout)
+    stored = yield ("GET", keys.serial_field)
+    recorded = None if stored is None else text(stored)
     if recorded is not None and recorded != wanted:
         logger.warning(
             "%s sets __serial_key__ = %r here, but %r is recorded in Redis and holds for every "

@@ -17,20 +17,11 @@ from .client import (
 )
 from .envelope import Envelope, text
 from .keys import QueueKeys
-from .scripts import ACKNOWLEDGE, CANCEL, CLAIM, DISPATCH, ENQUEUE, EXTEND_LEASE, FAIL, REQUEUE
+from .scripts import ACKNOWLEDGE, CLAIM, DISPATCH, EXTEND_LEASE, FAIL, REQUEUE
+from .steps import run_steps
+from .writes import EnqueueItem, cancel_steps, enqueue_steps
 
-__all__ = ["Claimed", "DispatchResult", "EnqueueItem", "QueueStore", "Requeued"]
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueItem:
-    """One event to schedule: `due_ms` is a delay, or epoch ms when `absolute`."""
-
-    id: str
-    payload: str
-    context_json: str
-    due_ms: int
-    absolute: bool
+__all__ = ["Claimed", "DispatchResult", "QueueStore", "Requeued"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,35 +71,20 @@ class QueueStore:
         self.event_type = event_type
 
     async def enqueue(
-        self,
-        items: Sequence[EnqueueItem],
-        *,
-        replace: bool,
-        max_wait_ms: int | None = None,
-        run_id: str | None = None,
+        self, items: Sequence[EnqueueItem], *, replace: bool, max_wait_ms: int | None = None
     ) -> list[bool]:
-        """Schedules `items` in one script call; False for each id that was kept pending.
-        With `max_wait_ms` (and `replace`), a replacement never becomes due later than its
-        debounce series' first enqueue plus max_wait. With `run_id` (a Spark run), an id this
-        run wrote already gets its first result again and is not written twice (see
-        enqueue.lua)."""
-        mode = "0" if not replace else "1" if max_wait_ms is None else f"1:{max_wait_ms}"
-        args: list[str | int] = [mode, self.event_type]
-        for item in items:
-            kind = "at" if item.absolute else "delay"
-            args += [item.id, item.payload, item.context_json, kind, item.due_ms]
-        k = self.keys
-        keys = [k.schedule, k.events, k.sequence, k.wake, k.counts]
-        if run_id is not None:
-            keys.append(k.run_record(run_id))
-        if max_wait_ms is not None:
-            keys.append(k.ready)  # tells a dispatched version from one a handler took
-        results = await ENQUEUE.run(self.client, keys, args)
-        return [int(result) == 1 for result in results]
+        """Schedules `items` in one script call; False for each id that was kept pending
+        (see writes.enqueue_steps, the one builder of that call)."""
+        return await run_steps(
+            self.client,
+            enqueue_steps(
+                self.client, self.keys, self.event_type, items,
+                replace=replace, max_wait_ms=max_wait_ms,
+            ),
+        )  # fmt: skip
 
     async def cancel(self, event_id: str) -> bool:
-        keys = [self.keys.schedule, self.keys.events, *self._settling_keys()]
-        return int(await CANCEL.run(self.client, keys, [event_id])) == 1
+        return await run_steps(self.client, cancel_steps(self.client, self.keys, event_id))
 
     async def dispatch(
         self, *, batch_size: int, lease_ms: int, max_attempts: int, ready_capacity: int
@@ -142,7 +118,7 @@ class QueueStore:
         k = self.keys
         keys = [
             k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused,
-            k.rate, k.starts, *self._settling_keys(),
+            k.rate, k.starts, *self.keys.settling,
         ]  # fmt: skip
         args: list[str | int | bytes] = [count, lease_ms]
         if acknowledge:
@@ -182,7 +158,7 @@ class QueueStore:
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""
-        keys = [self.keys.schedule, self.keys.events, *self._settling_keys()]
+        keys = [self.keys.schedule, self.keys.events, *self.keys.settling]
         return int(await ACKNOWLEDGE.run(self.client, keys, _versions(deliveries)))
 
     async def extend_lease(self, envelope: Envelope, lease_ms: int) -> bool:
@@ -207,7 +183,7 @@ class QueueStore:
         bury: bool = False,
     ) -> Literal["retry", "dead", "stale"]:
         k = self.keys
-        keys = [k.schedule, k.events, k.dead_letters, k.dead_letter_times, *self._settling_keys()]
+        keys = [k.schedule, k.events, k.dead_letters, k.dead_letter_times, *self.keys.settling]
         args: list[str | int] = [
             envelope.id,
             str(envelope.version),
@@ -220,13 +196,6 @@ class QueueStore:
         if outcome not in ("retry", "dead", "stale"):
             raise RuntimeError(f"fail.lua returned {outcome!r}")
         return outcome  # type: ignore[return-value]
-
-    def _settling_keys(self) -> tuple[str, str, str, str]:
-        """The keys with which settling an event frees its serial key (see settle_serial in
-        _prelude.lua; passed for every type, they cost nothing for a type without one) and
-        counts its attempt out of `under_way` (see count_under_way in _prelude.lua)."""
-        k = self.keys
-        return (k.serial_holders, k.serial_waiting, k.wake, k.counts)
 
     async def dead_letter_entries(self, limit: int) -> list[tuple[bytes | str, float]]:
         """The newest `limit` dead letters as (stored envelope, died_at ms)."""

@@ -9,17 +9,23 @@ inside it (docs/wire-format.md).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as quoted  # C; a JSON string, non-ASCII kept
 from typing import Any
 
 import msgspec
 import orjson
 
-from .errors import EventDefinitionError, PayloadDecodeError, SerializationError
+from .errors import (
+    EventDefinitionError,
+    InvalidEventError,
+    PayloadDecodeError,
+    SerializationError,
+)
 from .event import Event
 
 __all__ = ["EventCodec", "codec_for"]
@@ -61,11 +67,23 @@ class EventCodec:
             # orjson writes str, int, datetime, UUID, enums and dataclasses itself (fast); the
             # rest (Decimal as a string with every digit, sets, timedelta, Structs) goes
             # through msgspec, whose decoder reads exactly that form back.
-            return orjson.dumps(fields, default=_builtin).decode()
+            payload = orjson.dumps(fields, default=_builtin)
         except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
             raise SerializationError(
                 f"cannot encode {self.name} {getattr(event, 'id', '?')!r} as JSON: {exc}"
             ) from exc
+        # JSON has no NaN or infinity: orjson writes them as null, which a `float` field
+        # refuses at delivery and a `float | None` one reads as None, the value lost either
+        # way. Only a payload with a null can hold one, so the common case costs one search.
+        if b"null" in payload:
+            path = _non_finite_path(event)
+            if path is not None:
+                raise InvalidEventError(
+                    f"{self.name} {getattr(event, 'id', '?')!r}: {path} is not a finite "
+                    "number, which JSON cannot carry (it would arrive as null); use None, "
+                    "or a finite float"
+                )
+        return payload.decode()
 
     def decode(self, event_id: str, payload: str) -> Event:
         """Builds the event from its id and payload; raises PayloadDecodeError naming the
@@ -218,6 +236,42 @@ def _pydantic_fields(event: Event) -> dict[str, Any]:
     if not isinstance(fields, dict):
         raise TypeError("model_dump() did not return a dict")
     return fields
+
+
+def _non_finite_path(value: Any, path: str = "$", depth: int = 0) -> str | None:
+    """The path of the first NaN or infinite float inside an event, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if depth > _MAX_DEPTH or isinstance(value, str | bytes | int):
+        return None
+    if isinstance(value, dict):
+        members: Any = ((f"{path}.{key}", item) for key, item in value.items())
+    elif isinstance(value, list | tuple | set | frozenset):
+        members = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    else:
+        names = _field_names(value)
+        if names is None:
+            return None
+        members = ((f"{path}.{name}", getattr(value, name, None)) for name in names)
+    for member_path, member in members:
+        found = _non_finite_path(member, member_path, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+# Deeper than orjson encodes: a payload that nests more fails to encode before this walk.
+_MAX_DEPTH = 256
+
+
+def _field_names(value: Any) -> Sequence[str] | None:
+    """The fields of a dataclass, Struct or pydantic model instance; None for other values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [field.name for field in dataclasses.fields(value)]
+    if isinstance(value, msgspec.Struct):
+        return value.__struct_fields__
+    model_fields = getattr(type(value), "model_fields", None)
+    return list(model_fields) if isinstance(model_fields, dict) else None
 
 
 def _builtin(value: Any) -> Any:

@@ -5,6 +5,8 @@
     │   └── PartitionCountMismatchError  a type's partition count differs from the registry's
     ├── EventDefinitionError       an event class cannot be used as an event
     ├── InvalidEnqueueError        enqueue arguments rejected (id, delay, at, context)
+    │   ├── InvalidEventError      an event's values do not fit its class (str in an int
+    │   │                          field, NaN): its handler could never decode it
     │   └── PayloadTooLargeError   the payload and context exceed max_payload_bytes
     ├── SerializationError         an event could not be encoded into a payload
     ├── PayloadDecodeError         a stored payload could not be decoded into its class
@@ -27,6 +29,7 @@ __all__ = [
     "HandlerRegistrationError",
     "InvalidCursorError",
     "InvalidEnqueueError",
+    "InvalidEventError",
     "PartitionCountMismatchError",
     "PayloadDecodeError",
     "PayloadTooLargeError",
@@ -59,6 +62,12 @@ class InvalidEnqueueError(AioqueueError, ValueError):
 
 class InvalidCursorError(AioqueueError, ValueError):
     """A cursor passed to `pending()` (or the CLI and HTTP listings) that no page handed out."""
+
+
+class InvalidEventError(InvalidEnqueueError):
+    """An event whose values do not fit its class (a str in an int field, a float that is
+    NaN or infinite): written, it could never be decoded for its handler, so it is refused
+    before anything is written. The message names the field path."""
 
 
 class PayloadTooLargeError(InvalidEnqueueError):

@@ -21,9 +21,9 @@ import anyio
 
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.producer import DueTime, Producer
+from aioqueue._engine.producer import Producer
 from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
-from aioqueue._engine.store import EnqueueItem
+from aioqueue._engine.writes import DueTime, EnqueueItem
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 

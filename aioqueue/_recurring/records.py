@@ -19,7 +19,7 @@ from aioqueue._engine.envelope import died_at_from_ms, text
 from aioqueue._engine.keys import QueueKeys
 from aioqueue._engine.recovery import logger
 from aioqueue._engine.scripts import LuaScript
-from aioqueue._engine.store import EnqueueItem
+from aioqueue._engine.writes import EnqueueItem
 from aioqueue._model.errors import ConfigurationError
 
 from .spec import ScheduleSpec

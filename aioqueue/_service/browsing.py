@@ -14,8 +14,8 @@ from aioqueue._engine.browse import (
     reschedule,
     run_now,
 )
-from aioqueue._engine.producer import DueTime
 from aioqueue._engine.recovery import logger
+from aioqueue._engine.writes import DueTime
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aioqueue._engine.pausing import pause, paused_types, resume
 from aioqueue._engine.recovery import logger
-from aioqueue._model.event import Event, event_type_name
+from aioqueue._model.event import Event
 
 from .base import ServiceBase
 
@@ -19,7 +19,7 @@ class ServiceFlowControl(ServiceBase):
         attempt uncounted, and handlers already running finish. Lasts until resume(), across
         restarts."""
         self._ensure_open()
-        queue = await self._queues.recorded(event_type_name(event_class), event_class)
+        queue = await self._queues.recorded(event_class)
         returned = await pause(self._client, queue.layout)
         logger.info(
             "paused %s (%d waiting deliveries back in the schedule)",
@@ -31,7 +31,7 @@ class ServiceFlowControl(ServiceBase):
         """Lets every service take the type's events again, everything that came due during
         the pause first, in due order. False when the type was not paused."""
         self._ensure_open()
-        queue = await self._queues.recorded(event_type_name(event_class), event_class)
+        queue = await self._queues.recorded(event_class)
         resumed = await resume(self._client, queue.layout)
         if resumed and self._dispatcher is not None:
             self._dispatcher.wake_for(0)

@@ -157,9 +157,7 @@ class ServiceHandlers(ServiceBase):
         errors = ErrorBackoff(f"recording {registration.event_type} in the registry")
         while True:
             try:
-                queue = await self._queues.recorded(
-                    registration.event_type, registration.event_class
-                )
+                queue = await self._queues.recorded(registration.event_class)
                 wanted = self._config.rate_limits.get(registration.event_type)
                 if wanted is not None:
                     await record_rate_limit(self._client, queue.layout, wanted)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from aioqueue._engine.producer import DueTime, context_json, max_wait_ms
+from aioqueue._engine.writes import DueTime, context_json, max_wait_ms
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event, event_type_name
 

@@ -9,6 +9,7 @@ import anyio
 from aioqueue._delivery.dispatcher import Dispatcher
 from aioqueue._delivery.watchdog import LoopWatchdog
 from aioqueue._engine.client import RedisClient
+from aioqueue._engine.event_types import EventTypes
 from aioqueue._engine.producer import Producer
 from aioqueue._engine.queues import QueueDirectory
 from aioqueue._model.config import ServiceConfig
@@ -54,9 +55,10 @@ class EventService(
         self._client = client
         self._owns_client = owns_client
         self._state = ServiceState.IDLE
-        self._queues = QueueDirectory(
-            client, config.prefix, config.partitions, config.serializer.schema
+        types = EventTypes(
+            config.prefix, config.serializer, config.partitions, default_partitions=1
         )
+        self._queues = QueueDirectory(client, config.prefix, types)
         self._producer = Producer(self._queues, config)
         self._registrations = {}
         self._schedules = {}

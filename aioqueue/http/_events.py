@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 
 from aioqueue._engine.client import RedisClient
-from aioqueue._engine.producer import DueTime, context_json
 from aioqueue._engine.registry import resolve_layout
-from aioqueue._engine.store import EnqueueItem, QueueStore
+from aioqueue._engine.steps import run_steps
+from aioqueue._engine.writes import DueTime, EnqueueItem, context_json, enqueue_steps
 from aioqueue._model.errors import InvalidEnqueueError
 from aioqueue._model.event import _WIRE_NAME
 
@@ -131,7 +131,12 @@ async def enqueue(client: RedisClient, prefix: str, request: EnqueueRequest) -> 
     that id was kept. A type nobody registered yet is registered unpartitioned."""
     # The registry's count, whatever it is: the HTTP API has no count of its own.
     layout = await resolve_layout(client, prefix, request.event_type, None)
-    keys = layout.keys_for(request.item.id)
-    store = QueueStore(client, keys, request.event_type)
-    [scheduled] = await store.enqueue([request.item], replace=request.replace)
+    steps = enqueue_steps(
+        client,
+        layout.keys_for(request.item.id),
+        request.event_type,
+        [request.item],
+        replace=request.replace,
+    )
+    [scheduled] = await run_steps(client, steps)
     return scheduled

@@ -7,20 +7,16 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, cast
 
-import anyio
 import orjson
 from pyspark.sql import DataFrame, Row
-from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
 
 from aioqueue._engine.client import RedisClient
-from aioqueue._engine.functions import LIBRARY
 from aioqueue._engine.keys import QueueLayout, partition_of
 from aioqueue._engine.schemas import read_schema
 from aioqueue._engine.scripts import ENQUEUE
-from aioqueue._engine.store import EnqueueItem, QueueStore
+from aioqueue._engine.steps import run_steps
+from aioqueue._engine.writes import EnqueueItem, enqueue_call, scheduled_flags
 from aioqueue._model.event import Event
 
 from ._columns import (
@@ -277,7 +273,7 @@ class _ChunkWriter:
         self._type = plan.layout.event_type
         self._open: list[list[EnqueueItem]] = [[] for _ in self._keys]
         self._full: list[tuple[int, list[EnqueueItem]]] = []
-        self._in_flight: Future[list[list[int]]] | None = None
+        self._in_flight: Future[list[list[bool]]] | None = None
         self.scheduled = 0
         self.already_pending = 0
 
@@ -336,84 +332,21 @@ class _ChunkWriter:
             return
         replies, self._in_flight = self._in_flight.result(), None
         for reply in replies:
-            scheduled = sum(int(result) for result in reply)
+            scheduled = sum(reply)
             self.scheduled += scheduled
             self.already_pending += len(reply) - scheduled
 
     async def _write_chunks(
         self, chunks: list[tuple[int, list[EnqueueItem]]], client: RedisClient
-    ) -> list[list[int]]:
-        calls = []
-        for partition, chunk in chunks:
-            # QueueStore.enqueue builds the script call itself, so there is no second copy
-            # of the keys or the argument format here; the captured call is then pipelined.
-            captured = _CapturedCall()
-            if not LIBRARY.usable(client):  # the session found FCALL unusable: scripts
-                LIBRARY.disable(cast(RedisClient, captured))
-            store = QueueStore(cast(RedisClient, captured), self._keys[partition], self._type)
-            await store.enqueue(chunk, replace=self._plan.replace, run_id=self._plan.run_id)
-            calls.append(captured)
-        return await _run_pipelined(calls, client)
-
-
-class _CapturedCall:
-    """Stands in for a client and keeps the script call it is asked to make (FCALL of the
-    function, or EVALSHA), unsent."""
-
-    __slots__ = ("__weakref__", "args", "command", "keys", "target")
-
-    def __init__(self) -> None:
-        self.command = ""
-        self.target = ""
-        """The function's name, or the script's SHA."""
-        self.keys: list[str] = []
-        self.args: list[str | int] = []
-
-    async def fcall(self, function: str, numkeys: int, *keys_and_args: Any) -> list[int]:
-        return self._capture("FCALL", function, numkeys, keys_and_args)
-
-    async def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> list[int]:
-        return self._capture("EVALSHA", sha, numkeys, keys_and_args)
-
-    def _capture(
-        self, command: str, target: str, numkeys: int, keys_and_args: tuple[Any, ...]
-    ) -> list[int]:
-        self.command, self.target = command, target
-        self.keys = list(keys_and_args[:numkeys])
-        self.args = list(keys_and_args[numkeys:])
-        return []
-
-
-async def _run_pipelined(calls: list[_CapturedCall], client: RedisClient) -> list[list[int]]:
-    """Sends the script calls in one pipeline; a server that lacks the script gets EVAL."""
-    if isinstance(client, RedisCluster):
-        return await _run_concurrently(calls, client)
-    async with client.pipeline(transaction=False) as pipe:
-        for call in calls:
-            pipe.execute_command(call.command, call.target, len(call.keys), *call.keys, *call.args)
-        replies = await pipe.execute(raise_on_error=False)
-    results = []
-    for call, reply in zip(calls, replies, strict=True):
-        if isinstance(reply, ResponseError):
-            # A new, restarted or failed-over server without the function library or the
-            # script, a server without functions, a user without FCALL: ENQUEUE.run loads
-            # the library or falls back to EVALSHA/EVAL (and raises any other error again).
-            reply = await ENQUEUE.run(client, call.keys, call.args)
-        elif isinstance(reply, BaseException):
-            raise reply
-        results.append(list(reply))
-    return results
-
-
-async def _run_concurrently(calls: list[_CapturedCall], client: RedisCluster) -> list[list[int]]:
-    """redis-py refuses EVALSHA in cluster pipelines, so on a cluster the calls of one
-    pipeline are all in flight at once instead, each sent to its partition's node."""
-    results: list[list[int]] = [[] for _ in calls]
-
-    async def run(index: int, call: _CapturedCall) -> None:
-        results[index] = list(await ENQUEUE.run(client, call.keys, call.args))
-
-    async with anyio.create_task_group() as calls_in_flight:
-        for index, call in enumerate(calls):
-            calls_in_flight.start_soon(run, index, call)
-    return results
+    ) -> list[list[bool]]:
+        """One pipeline of enqueue script calls, each built by writes.enqueue_call, the
+        builder every producer uses."""
+        calls = [
+            enqueue_call(
+                self._keys[partition], self._type, chunk,
+                replace=self._plan.replace, run_id=self._plan.run_id,
+            )
+            for partition, chunk in chunks
+        ]  # fmt: skip
+        replies = await run_steps(client, ENQUEUE.pipelined_steps(client, calls))
+        return [scheduled_flags(reply) for reply in replies]

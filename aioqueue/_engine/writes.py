@@ -1,0 +1,239 @@
+"""What a producer writes: enqueue, cancel and reschedule, validated and built in one place.
+
+Every producer goes through here: the asyncio EventService, the blocking SyncProducer, the
+HTTP API and the Spark writers. Arguments are checked the same way (`DueTime`, `max_wait_ms`,
+`context_json`, `event_item`), and each script call is built by one function and run as
+steps (see steps.py) on whichever client the producer has, so no producer can write an
+envelope or a script argument another would not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+import orjson
+
+from aioqueue._model.durations import Duration, to_seconds
+from aioqueue._model.errors import (
+    InvalidEnqueueError,
+    InvalidEventError,
+    PayloadDecodeError,
+    PayloadTooLargeError,
+)
+from aioqueue._model.event import Event
+from aioqueue._model.serializer import Serializer
+
+from .envelope import text
+from .keys import QueueKeys, QueueLayout
+from .scripts import CANCEL, ENQUEUE, RESCHEDULE
+from .steps import Steps
+
+__all__ = [
+    "MAX_DELAY",
+    "DueTime",
+    "EnqueueItem",
+    "MoveResult",
+    "cancel_steps",
+    "context_json",
+    "enqueue_call",
+    "enqueue_steps",
+    "event_item",
+    "max_wait_ms",
+    "reschedule_steps",
+    "scheduled_flags",
+]
+
+MAX_DELAY = timedelta(days=36525)
+"""The furthest ahead an event may be due: 100 years. A later due time is far more likely a
+unit mistake (milliseconds given as seconds) than a plan, and an event never due would sit in
+Redis forever; refusing it also keeps every score an exact integer of milliseconds."""
+
+MoveResult = Literal["moved", "missing", "in_flight"]
+
+
+@dataclass(frozen=True, slots=True)
+class DueTime:
+    """When an event is due: a delay on the server's clock, or an absolute time."""
+
+    milliseconds: int
+    absolute: bool
+    due_in: float
+    """Roughly how many seconds from now (a local hint for waking the dispatcher)."""
+
+    @classmethod
+    def of(cls, delay: Duration | None, at: datetime | None) -> DueTime:
+        if (delay is None) == (at is None):
+            raise InvalidEnqueueError("give exactly one of delay and at=")
+        if at is not None:
+            if not isinstance(at, datetime) or at.utcoffset() is None:
+                raise InvalidEnqueueError(f"at= must be a timezone-aware datetime, got {at!r}")
+            ahead = at - datetime.now(timezone.utc)
+            if ahead > MAX_DELAY:
+                raise InvalidEnqueueError(
+                    f"at= must be at most 100 years ahead ({MAX_DELAY.days} days), got {at}"
+                )
+            return cls(round(at.timestamp() * 1000), absolute=True, due_in=ahead.total_seconds())
+        assert delay is not None
+        try:
+            seconds = to_seconds(delay, "delay")
+        except (TypeError, ValueError) as exc:
+            raise InvalidEnqueueError(str(exc)) from exc
+        if seconds < 0:
+            raise InvalidEnqueueError(f"delay must be >= 0, got {delay!r}; use at= for a past time")
+        if seconds > MAX_DELAY.total_seconds():
+            raise InvalidEnqueueError(
+                f"delay must be at most 100 years ({MAX_DELAY.total_seconds():.0f} s), "
+                f"got {delay!r}"
+            )
+        return cls(round(seconds * 1000), absolute=False, due_in=seconds)
+
+
+def max_wait_ms(max_wait: Duration | None, *, replace: bool) -> int | None:
+    """The debounce bound in ms; max_wait only means something for a replacing enqueue."""
+    if max_wait is None:
+        return None
+    if not replace:
+        raise InvalidEnqueueError(
+            "max_wait bounds a debounce: it needs replace=True (each enqueue replaces the "
+            "pending version, and none pushes it past the first enqueue plus max_wait)"
+        )
+    try:
+        seconds = to_seconds(max_wait, "max_wait")
+    except (TypeError, ValueError) as exc:
+        raise InvalidEnqueueError(str(exc)) from exc
+    if not 0 <= seconds <= MAX_DELAY.total_seconds():
+        raise InvalidEnqueueError(f"max_wait must be between 0 and 100 years, got {max_wait!r}")
+    return round(seconds * 1000)
+
+
+def context_json(context: Mapping[str, str] | None) -> str:
+    """The context as the JSON object the envelope stores; it must map strings to strings."""
+    if not context:
+        return "{}"
+    if not isinstance(context, Mapping) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in context.items()
+    ):
+        raise InvalidEnqueueError(f"context must map strings to strings, got {context!r}")
+    return orjson.dumps(dict(context)).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueItem:
+    """One event to schedule: `due_ms` is a delay, or epoch ms when `absolute`."""
+
+    id: str
+    payload: str
+    context_json: str
+    due_ms: int
+    absolute: bool
+
+
+def event_item(
+    serializer: Serializer, max_payload_bytes: int, event: Event, due: DueTime, context: str
+) -> EnqueueItem:
+    """Validates and encodes one event.
+
+    The payload is read back by the very decoder a consumer uses before anything is
+    written, so a value that does not fit the class (a str in an int field, a float that is
+    NaN) is an InvalidEventError here, never a dead letter at delivery.
+    """
+    event_id = getattr(event, "id", None)
+    if not isinstance(event_id, str) or not event_id:
+        raise InvalidEnqueueError(
+            f"{type(event).__qualname__}.id must be a non-empty string, got {event_id!r}"
+        )
+    payload = serializer.encode(event)
+    size = len(payload.encode()) + len(context.encode())
+    if size > max_payload_bytes:
+        raise PayloadTooLargeError(
+            f"{type(event).__qualname__} {event_id!r} is {size} bytes of payload and "
+            f"context, more than max_payload_bytes={max_payload_bytes}"
+        )
+    try:
+        serializer.decode(type(event), event_id, payload)
+    except PayloadDecodeError as exc:
+        raise InvalidEventError(
+            f"{type(event).__qualname__} {event_id!r} does not fit its class, so its "
+            f"handler could never decode it: {exc}"
+        ) from exc
+    return EnqueueItem(event_id, payload, context, due.milliseconds, due.absolute)
+
+
+def enqueue_call(
+    keys: QueueKeys,
+    event_type: str,
+    items: Sequence[EnqueueItem],
+    *,
+    replace: bool,
+    max_wait_ms: int | None = None,
+    run_id: str | None = None,
+) -> tuple[list[str], list[str | int]]:
+    """The keys and arguments of one enqueue.lua call for `items` (see its header).
+
+    With `max_wait_ms` (and `replace`), a replacement never becomes due later than its
+    debounce series' first enqueue plus max_wait. With `run_id` (a Spark run), an id this
+    run wrote already gets its first result again and is not written twice.
+    """
+    mode = "0" if not replace else "1" if max_wait_ms is None else f"1:{max_wait_ms}"
+    args: list[str | int] = [mode, event_type]
+    for item in items:
+        args += [
+            item.id,
+            item.payload,
+            item.context_json,
+            "at" if item.absolute else "delay",
+            item.due_ms,
+        ]
+    script_keys = [keys.schedule, keys.events, keys.sequence, keys.wake, keys.counts]
+    if run_id is not None:
+        script_keys.append(keys.run_record(run_id))
+    if max_wait_ms is not None:
+        script_keys.append(keys.ready)  # tells a dispatched version from one a handler took
+    return script_keys, args
+
+
+def enqueue_steps(
+    client: object,
+    keys: QueueKeys,
+    event_type: str,
+    items: Sequence[EnqueueItem],
+    *,
+    replace: bool,
+    max_wait_ms: int | None = None,
+) -> Steps[list[bool]]:
+    """Schedules `items` in one script call; False for each id that was kept pending."""
+    script_keys, args = enqueue_call(
+        keys, event_type, items, replace=replace, max_wait_ms=max_wait_ms
+    )
+    return scheduled_flags((yield from ENQUEUE.steps(client, script_keys, args)))
+
+
+def scheduled_flags(reply: Any) -> list[bool]:
+    """enqueue.lua's reply: 1 scheduled, 0 kept the pending event, per item."""
+    return [int(result) == 1 for result in reply]
+
+
+def cancel_steps(client: object, keys: QueueKeys, event_id: str) -> Steps[bool]:
+    """Removes a pending event; False when none with that id was pending."""
+    script_keys = [keys.schedule, keys.events, *keys.settling]
+    return int((yield from CANCEL.steps(client, script_keys, [event_id]))) == 1
+
+
+def reschedule_steps(
+    client: object, layout: QueueLayout, event_id: str, due: DueTime
+) -> Steps[MoveResult]:
+    """Moves a pending event to `due`, keeping payload, context and attempt count (see
+    reschedule.lua)."""
+    keys = layout.keys_for(event_id)
+    reply = yield from RESCHEDULE.steps(
+        client,
+        [keys.schedule, keys.events, keys.wake],
+        [event_id, "at" if due.absolute else "delay", due.milliseconds],
+    )
+    result = text(reply)
+    if result not in ("moved", "missing", "in_flight"):
+        raise RuntimeError(f"reschedule.lua returned {result!r}")
+    return result  # type: ignore[return-value]
