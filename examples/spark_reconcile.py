@@ -6,7 +6,7 @@ It writes a small Parquet table of orders (standing in for the system of record)
 unpaid ones and schedules a `PaymentCheck` for each, due 30 minutes after the order was
 placed. Then it runs the same job again, as tomorrow's run would: every check is still
 pending, so nothing new is scheduled. Without AIOQUEUE_URL it starts an embedded server
-(`pip install 'aioqueue[demo,spark]'`).
+(`pip install 'aioqueue-redis[demo,spark]'`).
 
 The worker side is an ordinary service with a handler for
 

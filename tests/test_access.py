@@ -51,16 +51,16 @@ async def raw_command(client: redis.Redis, *args: str) -> Any:
 
 
 def documented_acl_rule() -> list[str]:
-    """The `ACL SETUSER` line of the README's Security part, split into its arguments."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    lines: list[str] = re.findall(r"^ACL SETUSER .*$", readme, flags=re.MULTILINE)
+    """The `ACL SETUSER` line of the security guide, split into its arguments."""
+    guide = (REPO_ROOT / "docs" / "operating" / "security.md").read_text()
+    lines: list[str] = re.findall(r"^ACL SETUSER .*$", guide, flags=re.MULTILINE)
     [line] = lines
     return line.split()[2:]  # without "ACL SETUSER"
 
 
 @pytest.fixture
 async def acl_user(redis_client: redis.Redis) -> AsyncIterator[str]:
-    """The README's ACL user `aioqueue` on the session server; yields a URL that logs in."""
+    """The documented ACL user `aioqueue` on the session server; yields a URL that logs in."""
     rule = [f">{PASSWORD}" if arg.startswith(">") else arg for arg in documented_acl_rule()]
     assert rule[0] == "aioqueue", rule
     await raw_command(redis_client, "ACL", "SETUSER", *rule)
@@ -87,8 +87,8 @@ async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_e
     redis_client: redis.Redis, acl_user: str, redis_server: EmbeddedServer
 ) -> None:
     """Enqueue, dispatch, handle, fail into the dead letters, requeue, succeed, reschedule,
-    cancel, pause and resume must all work with only the README's ACL rule, with no command
-    denied on the way, once an administrator loaded the function library as the README says
+    cancel, pause and resume must all work with only the documented ACL rule, with no command
+    denied on the way, once an administrator loaded the function library as the docs say
     (`aioqueue functions load`); and the same user must not read or write any key outside
     the prefix, nor run any other command, nor any Lua of its own (a `while true do end`
     would freeze every client of the server)."""

@@ -40,9 +40,9 @@ def test_the_cli_imports_no_optional_dependency() -> None:
 @pytest.mark.parametrize(
     ("module", "blocked", "extra"),
     [
-        ("aioqueue.http", "starlette", "aioqueue[http]"),
-        ("aioqueue.prometheus", "prometheus_client", "aioqueue[prometheus]"),
-        ("aioqueue.tracing", "opentelemetry", "aioqueue[otel]"),
+        ("aioqueue.http", "starlette", "aioqueue-redis[http]"),
+        ("aioqueue.prometheus", "prometheus_client", "aioqueue-redis[prometheus]"),
+        ("aioqueue.tracing", "opentelemetry", "aioqueue-redis[otel]"),
     ],
 )
 def test_optional_modules_name_their_extra(module: str, blocked: str, extra: str) -> None:
@@ -60,7 +60,7 @@ def test_serve_without_the_extra_says_what_to_install() -> None:
         "sys.exit(main(['serve', '--port', '1']))"
     )
     assert result.returncode == 1
-    assert "pip install 'aioqueue[http]'" in result.stderr
+    assert "pip install 'aioqueue-redis[http]'" in result.stderr
 
 
 async def test_help_lists_every_command() -> None:

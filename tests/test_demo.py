@@ -1,12 +1,18 @@
-"""`python -m aioqueue demo`, the README's first command, runs end to end and exits 0."""
+"""`python -m aioqueue demo`, the quick start's first command, runs end to end and exits 0;
+on a server of the user's it leaves nothing behind."""
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 
+import anyio
 import pytest
+import redis.asyncio as redis
+
+from tests.support import wait_until
 
 
 @pytest.mark.timeout(120)
@@ -24,3 +30,52 @@ def test_demo_delivers_everything_and_reports_lateness() -> None:
     assert "payment provider rejected order 7" in result.stdout
     assert re.search(r"lateness \(server clock\): p50 [\d.]+ ms, p99 [\d.]+ ms, max", result.stdout)
     assert "handled 400/400" in result.stdout
+
+
+async def test_demo_on_a_given_server_uses_a_prefix_of_its_own_and_removes_it(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    await redis_client.set("aioqueue:users-own-key", "kept")
+    result = await anyio.run_process(
+        [sys.executable, "-m", "aioqueue", "demo", "--url", redis_url,
+         "--events", "200", "--spread", "0.5"],
+        check=False,
+    )  # fmt: skip
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    match = re.search(r"prefix (aioqueue-demo-[0-9a-f]{8}) \(deleted when the demo ends\)", out)
+    assert match is not None, out
+    assert "handled 200/200" in out
+    assert re.search(rf"removed the demo's [1-9]\d* keys under {match[1]}", out), out
+    # Nothing of the demo is left, and nothing else was touched.
+    assert await redis_client.keys("*") == [b"aioqueue:users-own-key"]
+
+
+async def test_an_interrupted_demo_removes_its_keys_too(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    demo = await anyio.open_process(
+        [sys.executable, "-m", "aioqueue", "demo", "--url", redis_url,
+         "--events", "3000", "--spread", "60"],
+    )  # fmt: skip
+    async with demo:
+        assert demo.stdout is not None
+        seen = b""
+        with anyio.fail_after(30):
+            async for chunk in demo.stdout:
+                seen += chunk
+                if b"payment checks over" in seen:  # printed as it starts to schedule
+                    break
+
+        async def scheduling() -> bool:
+            return bool(await redis_client.dbsize())
+
+        await wait_until(scheduling)
+        demo.send_signal(signal.SIGINT)
+        with anyio.fail_after(30):
+            async for chunk in demo.stdout:
+                seen += chunk
+            await demo.wait()
+    assert demo.returncode == 130, seen
+    assert b"removed the demo's" in seen, seen
+    assert await redis_client.dbsize() == 0

@@ -1,4 +1,4 @@
-"""The package's layers: every import inside aioqueue points down (the README's "Layout").
+"""The package's layers: every import inside aioqueue points down (docs/development/layout.md).
 
 A module may import its own group and any group of a lower layer, never a higher layer nor
 another group of its own layer (delivery and admin do not know each other).

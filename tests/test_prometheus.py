@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+import httpx
+import pytest
 import redis.asyncio as redis
 from prometheus_client import CollectorRegistry
 
@@ -91,4 +93,19 @@ def test_missing_extra_names_the_install_command() -> None:
         "except ImportError as exc:\n    print(exc)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "pip install 'aioqueue[prometheus]'" in result.stdout, result.stderr
+    assert "pip install 'aioqueue-redis[prometheus]'" in result.stdout, result.stderr
+
+
+async def test_metrics_route_without_the_extra_names_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    from aioqueue.http import create_app
+
+    # As if prometheus_client were not installed: importing it raises ImportError.
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    app = create_app(url=redis_url)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        response = await http.get("/metrics")
+    assert response.status_code == 501
+    assert "pip install 'aioqueue-redis[prometheus]'" in response.json()["error"]

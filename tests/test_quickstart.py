@@ -1,4 +1,4 @@
-"""The README's example, end to end through the public API."""
+"""The first example of the docs, end to end through the public API."""
 
 from __future__ import annotations
 

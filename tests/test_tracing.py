@@ -108,7 +108,7 @@ def test_missing_extra_names_the_install_command() -> None:
         "except ImportError as exc:\n    print(exc)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "pip install 'aioqueue[otel]'" in result.stdout, result.stderr
+    assert "pip install 'aioqueue-redis[otel]'" in result.stdout, result.stderr
 
 
 async def test_a_handler_cut_off_by_its_timeout_ends_its_span_as_a_failed_attempt(

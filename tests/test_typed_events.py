@@ -1,7 +1,7 @@
-"""Typed events arrive exactly as they were sent, through a real server: every field type the
-README lists, nested, defaulted, as dataclasses and as msgspec Structs; a class whose fields
-cannot round-trip fails where it is defined; a payload that does not fit is dead-lettered
-with its field path while the consumer goes on."""
+"""Typed events arrive exactly as they were sent, through a real server: every field type
+the typed-events guide lists, nested, defaulted, as dataclasses and as msgspec Structs; a
+class whose fields cannot round-trip fails where it is defined; a payload that does not fit
+is dead-lettered with its field path while the consumer goes on."""
 
 from __future__ import annotations
 

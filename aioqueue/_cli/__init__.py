@@ -70,14 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_demo_command(commands: Commands) -> None:
     demo = commands.add_parser(
-        "demo", help="schedule thousands of events on an embedded server and handle them"
+        "demo",
+        help="schedule thousands of events on an embedded server and handle them",
+        description="Schedules thousands of payment checks and handles them, some failing on "
+        "purpose. Without --url on an embedded server it starts and removes; with --url under "
+        "a prefix of its own (aioqueue-demo-XXXXXXXX), whose keys it deletes when it ends.",
     )
     demo.add_argument("--events", type=int, default=3000, help="how many events (default 3000)")
     demo.add_argument(
         "--spread", type=float, default=3.0, help="seconds to spread them over (default 3)"
     )
-    # The demo starts a server of its own unless told to use one.
-    add_connection_options(demo, url_default=False)
+    # The demo starts a server of its own unless told to use one. On that one it works under
+    # a fresh prefix and deletes it at the end: no --prefix, which could name real queues.
+    add_connection_options(demo, url_default=False, prefix=False)
     demo.set_defaults(run=_run_demo)
 
 
@@ -86,7 +91,7 @@ async def _run_demo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     from aioqueue._cli._demo import run_demo
 
-    return await run_demo(events=args.events, spread=args.spread, url=args.url, prefix=args.prefix)
+    return await run_demo(events=args.events, spread=args.spread, url=args.url)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -59,8 +59,11 @@ class CommandError(Exception):
     """A command cannot do what was asked; the message is printed and the exit code is 1."""
 
 
-def add_connection_options(parser: argparse.ArgumentParser, *, url_default: bool = True) -> None:
-    """--url and --prefix, on the top-level parser and on each command's.
+def add_connection_options(
+    parser: argparse.ArgumentParser, *, url_default: bool = True, prefix: bool = True
+) -> None:
+    """--url and --prefix (unless `prefix` is False), on the top-level parser and on each
+    command's.
 
     They have no argparse default: a command's parser copies its defaults over whatever the
     top-level parser read, so `aioqueue --url U stats` would lose U. The defaults are filled
@@ -71,12 +74,13 @@ def add_connection_options(parser: argparse.ArgumentParser, *, url_default: bool
         default=argparse.SUPPRESS,
         help=f"Redis URL (env AIOQUEUE_URL; default {DEFAULT_URL if url_default else 'none'})",
     )
-    parser.add_argument(
-        "--prefix",
-        default=argparse.SUPPRESS,
-        type=_prefix,
-        help=f"key prefix (env AIOQUEUE_PREFIX; default {DEFAULT_PREFIX})",
-    )
+    if prefix:
+        parser.add_argument(
+            "--prefix",
+            default=argparse.SUPPRESS,
+            type=_prefix,
+            help=f"key prefix (env AIOQUEUE_PREFIX; default {DEFAULT_PREFIX})",
+        )
     parser.set_defaults(url_default=url_default)
 
 

@@ -1,10 +1,16 @@
-"""`python -m aioqueue demo`: thousands of delayed events on an embedded server, end to end."""
+"""`python -m aioqueue demo`: thousands of delayed events on an embedded server, end to end.
+
+On a server of the user's (`--url`) the demo works under a prefix of its own, random for each
+run, and deletes every key of that prefix when it ends, whether it succeeded or not: it
+leaves no dead letters, published schemas or type records beside the user's own queues.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import random
+import secrets
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -14,13 +20,14 @@ from typing import TextIO
 
 import anyio
 
+from aioqueue._engine.client import RedisClient
 from aioqueue._model.event import Event
 from aioqueue._model.metrics import NoMetrics, Outcome
 from aioqueue._model.retry import FixedDelays
 from aioqueue._service.service import EventService
 from aioqueue.testing import EmbeddedServer, ServerNotFoundError
 
-from ._common import CommandError, check_reachable, display_url
+from ._common import CommandError, check_reachable, connect, display_url
 from ._progress import ProgressBar
 
 __all__ = ["run_demo"]
@@ -28,6 +35,11 @@ __all__ = ["run_demo"]
 # Enqueue calls in flight at once: enough to schedule thousands of events in well under a
 # second without opening a connection per event.
 PRODUCERS = 32
+# The demo's own prefixes on a user's server: this and 8 random hex digits.
+DEMO_PREFIX = "aioqueue-demo-"
+# Deleting a few dozen keys takes milliseconds; a server that stopped answering should not
+# keep the command from ending.
+CLEANUP_TIMEOUT = 10.0
 
 
 @dataclass
@@ -69,12 +81,16 @@ async def run_demo(
     spread: float = 3.0,
     out: TextIO = sys.stdout,
     url: str | None = None,
-    prefix: str = "aioqueue",
+    prefix: str | None = None,
 ) -> int:
     """Schedules `events` over `spread` seconds and handles them; returns an exit code.
 
-    Without `url` the demo starts (and removes) an embedded server of its own.
+    Without `url` the demo starts (and removes) an embedded server of its own. With `url` it
+    works under `prefix`, by default a fresh one (`aioqueue-demo-` and 8 hex digits), and
+    deletes every key under it at the end.
     """
+    if prefix is None:
+        prefix = DEMO_PREFIX + secrets.token_hex(4)
     flaky = {i for i in range(events) if i % 25 == 3}  # fail their first attempt
     doomed = {i for i in range(events) if i % 400 == 7}  # fail every attempt
     attempts_seen: dict[int, int] = {}
@@ -86,7 +102,7 @@ async def run_demo(
         return not (event.order_id in flaky and seen == 1)
 
     metrics = DemoMetrics(events)
-    async with _server_url(url, out) as server_url:
+    async with _server_url(url, prefix, out) as server_url:
         service = (
             EventService.builder()
             .url(server_url)
@@ -142,13 +158,24 @@ async def run_demo(
 
 
 @contextlib.asynccontextmanager
-async def _server_url(url: str | None, out: TextIO) -> AsyncIterator[str]:
+async def _server_url(url: str | None, prefix: str, out: TextIO) -> AsyncIterator[str]:
     if url is not None:
         # Checked first: a demo started against no server would otherwise fail in each of
         # its producers at once.
         await check_reachable(url)
-        print(f"aioqueue demo: server {display_url(url)}", file=out)
-        yield url
+        print(
+            f"aioqueue demo: server {display_url(url)}, prefix {prefix} "
+            "(deleted when the demo ends)",
+            file=out,
+        )
+        try:
+            yield url
+        finally:
+            # Shielded: an interrupted demo cleans up too.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT):
+                async with connect(url) as client:
+                    removed = await delete_prefix(client, prefix)
+                print(f"  removed the demo's {removed} keys under {prefix}", file=out)
         return
     try:
         server = EmbeddedServer()
@@ -159,6 +186,19 @@ async def _server_url(url: str | None, out: TextIO) -> AsyncIterator[str]:
     with server:
         print(f"aioqueue demo: server {server.binary.name} on {server.url}", file=out)
         yield server.url
+
+
+async def delete_prefix(client: RedisClient, prefix: str) -> int:
+    """Deletes every key under `prefix` (on every master of a cluster); returns how many.
+
+    One key per DEL: a cluster refuses a DEL of keys in several slots, and the demo leaves
+    a few dozen keys. A prefix has none of the pattern characters `*?[]\\`
+    (keys.validate_prefix), so the SCAN pattern needs no escaping.
+    """
+    removed = 0
+    async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        removed += await client.delete(key)
+    return removed
 
 
 def _report(metrics: DemoMetrics, *, dead_count: int, example_error: str, out: TextIO) -> None:

@@ -15,7 +15,7 @@ def add_serve_command(commands: Commands) -> None:
         "serve",
         help="HTTP API (POST /events, GET /stats, dead letters) and a dashboard at /",
         description="Serves the JSON API and the dashboard (needs `pip install "
-        "'aioqueue[http]'`). With a token, API calls need `Authorization: Bearer <token>`.",
+        "'aioqueue-redis[http]'`). With a token, API calls need `Authorization: Bearer <token>`.",
     )
     add_connection_options(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -54,7 +54,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         from aioqueue.http._app import validate_token
         from aioqueue.http._guard import hosts_for_bind, is_loopback
     except ImportError as exc:
-        raise CommandError(f"{exc}; serve needs: pip install 'aioqueue[http]'") from exc
+        raise CommandError(f"{exc}; serve needs: pip install 'aioqueue-redis[http]'") from exc
     if args.token is not None:
         try:
             validate_token(args.token)

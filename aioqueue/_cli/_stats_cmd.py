@@ -25,7 +25,7 @@ def add_stats_command(commands: Commands) -> None:
         "stats",
         help="pending, due now, ready, in flight, dead, oldest overdue and paused per type",
         description="Queue statistics per event type, counted on the server's clock. "
-        "See the README's 'Operating aioqueue' for what each number means.",
+        "docs/operating/cli.md ('What stats shows') says what each number means.",
     )
     add_connection_options(parser)
     parser.add_argument("types", nargs="*", metavar="TYPE", help="only these types (default all)")

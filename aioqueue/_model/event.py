@@ -17,22 +17,27 @@ _WIRE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 
 class Event:
-    """Base class of events: subclass it as a dataclass or a pydantic model with `id: str`.
+    """Base class of events: subclass it as a dataclass, a msgspec Struct
+    (`kw_only=True`) or a pydantic model, with `id: str`.
 
-    `(wire name, id)` identifies an event. The wire name is the class name unless the class
-    sets `__event_type__ = "name"`; it is never read from a payload.
+    `(wire name, id)` identifies an event: at most one event of a type with a given id is
+    pending at a time. The wire name is the class name unless the class sets
+    `__event_type__ = "name"` (1-128 letters, digits, `_`, `.` or `-`); it is never read
+    from a payload. The other fields are the payload, decoded into their annotated types.
     """
 
     __slots__ = ()
     __event_type__: ClassVar[str]
     __serial_key__: ClassVar[str]
     """Optional: the name of a field; events with the same value of it are handled one at a
-    time, in due order, across every service (see README, Flow control)."""
+    time, in due order, across every service (see the flow control guide, "Serial keys")."""
     id: str
 
 
 event_context: ContextVar[dict[str, str]] = ContextVar("aioqueue_event_context")
-"""The context dict given at enqueue time, set while a handler runs."""
+"""The context given at enqueue time (`enqueue(..., context={...})`), a `dict[str, str]`
+set while a handler runs, in async and sync (threaded) handlers alike:
+`event_context.get()["trace_id"]`."""
 
 
 # Looked up on every enqueue; weak so that classes made at run time can still go away.
@@ -40,7 +45,8 @@ _wire_names: weakref.WeakKeyDictionary[type[Event], str] = weakref.WeakKeyDictio
 
 
 def event_type_name(event_class: type[Event]) -> str:
-    """Returns the wire name of an event class, validating the class on the way."""
+    """The wire name of an event class: its `__event_type__`, else its name. Raises
+    EventDefinitionError for a class that is no Event or whose name is not a wire name."""
     if not (isinstance(event_class, type) and issubclass(event_class, Event)):
         raise EventDefinitionError(
             f"{event_class!r} is not an event class: subclass aioqueue.Event"

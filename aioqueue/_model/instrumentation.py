@@ -53,9 +53,11 @@ class NoInstrumentation:
     """Changes nothing: the default."""
 
     def enqueue_context(self, context: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        """Returns `context` as it is."""
         return context
 
     def handling(
         self, event_type: str, event_id: str, attempt: int, context: Mapping[str, str]
     ) -> AbstractContextManager[HandlingScope]:
+        """A context manager that does nothing, shared by every handler call."""
         return _NO_SCOPE

@@ -7,6 +7,9 @@ from typing import Literal, Protocol
 __all__ = ["Metrics", "NoMetrics", "Outcome"]
 
 Outcome = Literal["ok", "failed", "dead"]
+"""How a handler call ended: "ok" (the event is done), "failed" (it is retried later) or
+"dead" (it failed its last attempt, or its payload could not be decoded, and is in the dead
+letters now)."""
 
 
 class Metrics(Protocol):
@@ -32,12 +35,12 @@ class NoMetrics:
     """Ignores every report: the default."""
 
     def event_enqueued(self, event_type: str, *, scheduled: bool) -> None:
-        pass
+        """Ignored."""
 
     def events_dispatched(self, event_type: str, count: int) -> None:
-        pass
+        """Ignored."""
 
     def event_handled(
         self, event_type: str, outcome: Outcome, *, duration: float, lateness: float
     ) -> None:
-        pass
+        """Ignored; subclass NoMetrics and override this to watch handler outcomes."""

@@ -40,6 +40,9 @@ class ExponentialBackoff:
         self.jitter = jitter
 
     def delay(self, attempt: int) -> float:
+        """Seconds to wait after attempt `attempt` (1 for the first) failed:
+        `min(cap, base * 2**(attempt - 1))`, or a uniform draw from its upper half with
+        jitter."""
         # The exponent is bounded so huge attempt numbers cannot overflow a float.
         planned = min(self.cap, self.base * 2.0 ** min(max(attempt - 1, 0), 64))
         if self.jitter:
@@ -63,6 +66,8 @@ class FixedDelays:
             raise ValueError(f"FixedDelays delays must be >= 0, got {self.delays}")
 
     def delay(self, attempt: int) -> float:
+        """Seconds to wait after attempt `attempt` (1 for the first) failed: the
+        `attempt`-th delay, or the last one for every attempt beyond the list."""
         return self.delays[min(max(attempt, 1), len(self.delays)) - 1]
 
     def __repr__(self) -> str:

@@ -38,11 +38,21 @@ class JsonSerializer:
     """
 
     def encode(self, event: Event) -> str:
+        """The event's fields but `id` as a JSON object; Decimal, sets, timedelta and
+        nested Structs in the form `decode` reads back. Raises SerializationError for a
+        value that has no JSON form."""
         return codec_for(type(event)).encode(event)
 
     def decode(self, event_class: type[E], event_id: str, payload: str) -> E:
+        """An instance of `event_class` with id `event_id` and the payload's fields, each
+        of its annotated type. Raises PayloadDecodeError naming the field path of the
+        first mismatch (`$.items[0].qty: expected int, got str`); fields the class does
+        not have are ignored."""
         event = codec_for(event_class).decode(event_id, payload)
         return event  # type: ignore[return-value]  # the codec of event_class builds one
 
     def schema(self, event_class: type[Event]) -> dict[str, Any] | None:
+        """The JSON Schema (2020-12) of the event object the class implies, which services
+        publish under `P:schemas`. Raises EventDefinitionError, naming the class and the
+        field, for a field that cannot round-trip through JSON."""
         return codec_for(event_class).schema

@@ -37,6 +37,9 @@ __all__ = ["Registration", "ServiceBase", "ServiceState"]
 
 
 class ServiceState(enum.Enum):
+    """Where an EventService is in its life: IDLE when built, RUNNING inside `async with`,
+    CLOSING while it shuts down, CLOSED after; a closed service cannot be entered again."""
+
     IDLE = "idle"
     RUNNING = "running"
     CLOSING = "closing"

@@ -45,7 +45,12 @@ class _ServiceFactory(Protocol):
 
 
 class EventServiceBuilder:
-    """Collects the settings of an EventService; `build()` checks them all at once."""
+    """Collects the settings of an EventService; `build()` checks them all at once.
+
+    Get one from `EventService.builder()`. Every setting returns the builder, so calls
+    chain; every duration takes a `timedelta` or seconds. A value out of range fails at
+    `build()` with ConfigurationError naming the setting and the allowed range.
+    """
 
     def __init__(self, factory: _ServiceFactory) -> None:
         self._factory = factory
@@ -72,48 +77,58 @@ class EventServiceBuilder:
         self._rate_limits: dict[str, tuple[int, Duration]] = {}
 
     def client(self, client: RedisClient) -> EventServiceBuilder:
-        """Uses a client you own: the service never closes it."""
+        """Uses a client you own (`redis.asyncio.Redis` or `RedisCluster`): the service
+        never closes it. The service's calls each have their own 5 s deadline."""
         self._client, self._url = client, None
         return self
 
     def url(self, url: str) -> EventServiceBuilder:
         """Connects to `url` (`redis://`, `rediss://`, `redis+cluster://`); the service closes
-        this client when it shuts down."""
+        this client when it shuts down. Query parameters are redis-py's
+        (`?ssl_ca_certs=...`, `?socket_timeout=3`)."""
         self._url, self._client = url, None
         return self
 
     def prefix(self, prefix: str) -> EventServiceBuilder:
-        """First part of every key; services with different prefixes never see each other."""
+        """First part of every key (default "aioqueue"; 1-64 letters, digits and `_.:-`);
+        services with different prefixes never see each other's events."""
         self._prefix = prefix
         return self
 
     def scheduling_interval(self, interval: Duration) -> EventServiceBuilder:
-        """Longest time the dispatcher sleeps when nothing is due sooner."""
+        """Longest time the dispatcher sleeps when nothing is due sooner (default 0.5 s). An
+        enqueue that brings the earliest due time forward wakes it at once, so this bounds
+        how late an event enqueued by another process without a wake-up can be."""
         self._durations["scheduling_interval"] = interval
         return self
 
     def scheduling_batch_size(self, size: int) -> EventServiceBuilder:
-        """Most due events one dispatcher script call moves."""
+        """Most due events one dispatcher script call moves (default 100); a ready list
+        holds at most two batches."""
         self._batch_size = size
         return self
 
     def retry_attempts(self, attempts: int) -> EventServiceBuilder:
-        """Most times an event is handed to a handler before it goes to the dead letters."""
+        """Most times an event is handed to a handler before it goes to the dead letters
+        (default 10)."""
         self._retry_attempts = attempts
         return self
 
     def polling_timeout(self, timeout: Duration) -> EventServiceBuilder:
-        """How long a consumer's blocking wait inside Redis lasts before it is renewed."""
+        """How long a consumer's blocking wait inside Redis lasts before it is renewed
+        (default 1 s); also how often a paused type's consumer asks again."""
         self._durations["polling_timeout"] = timeout
         return self
 
     def handler_timeout(self, timeout: Duration) -> EventServiceBuilder:
-        """Handlers running longer are cut and count as failed; retries never start sooner."""
+        """Handlers running longer are cut and count as failed; retries never start sooner
+        (default 30 s). An event's lease is this plus one second."""
         self._durations["handler_timeout"] = timeout
         return self
 
     def shutdown_grace(self, grace: Duration) -> EventServiceBuilder:
-        """How long leaving `async with` waits for running handlers before cancelling them."""
+        """How long leaving `async with` waits for running handlers before cancelling them
+        (default 10 s); a cancelled handler's event is delivered again later."""
         self._durations["shutdown_grace"] = grace
         return self
 
@@ -142,14 +157,21 @@ class EventServiceBuilder:
         return self
 
     def retry_policy(self, policy: RetryPolicy) -> EventServiceBuilder:
+        """The delay before each retry (default `ExponentialBackoff(base=1, cap=3600,
+        jitter=True)`); `FixedDelays([...])`, or any object with `delay(attempt) -> seconds`."""
         self._retry_policy = policy
         return self
 
     def serializer(self, serializer: Serializer) -> EventServiceBuilder:
+        """How payloads are encoded and decoded (default `JsonSerializer()`: typed JSON for
+        dataclasses, msgspec Structs and pydantic models). Other producers and the operator
+        tools read JSON, so replace it only with a serializer that writes JSON too."""
         self._serializer = serializer
         return self
 
     def metrics(self, metrics: Metrics) -> EventServiceBuilder:
+        """Receives a report of every enqueue, dispatch and handler call (default
+        `NoMetrics()`); `aioqueue.prometheus.PrometheusMetrics()` exports them."""
         self._metrics = metrics
         return self
 

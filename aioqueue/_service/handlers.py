@@ -38,8 +38,13 @@ class ServiceHandlers(ServiceBase):
         Works before and while the service runs. The handler returns True when done; False,
         an exception, the handler timeout or any other return value mean "try again later".
         An `async def` handler runs on the event loop; a plain function runs in a worker
-        thread (see EventServiceBuilder.handler_threads). Raises HandlerRegistrationError
-        for a handler that could never work (see _check_handler).
+        thread (see EventServiceBuilder.handler_threads).
+
+        Raises HandlerRegistrationError for a handler that could never work: not callable,
+        a coroutine object instead of the function, a first parameter annotated with
+        another event class, `parallelism` below 1, or a type that already has a handler.
+        Raises EventDefinitionError for an event class with a field that cannot round-trip
+        through JSON, or a `__serial_key__` that names no field.
         """
         self._ensure_open()
         event_type = event_type_name(event_class)

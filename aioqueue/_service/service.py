@@ -42,12 +42,13 @@ class EventService(
     Build one with `EventService.builder()`. `async with service:` starts the dispatcher and
     one consumer per handler; leaving it stops taking events, gives running handlers
     `shutdown_grace` to finish, cancels the rest and closes the connection if the service
-    opened it. A closed service cannot be entered again.
-
-    This module holds the lifecycle; each group of methods lives in a module of its own
-    (handlers, producing, dead_letters, browsing, run_due, schedules, flow_control), all
-    sharing the state declared in base.ServiceBase.
+    opened it. A closed service cannot be entered again. What leaves the block is what was
+    raised in it, never an exception group.
     """
+
+    # This module holds the lifecycle; each group of methods lives in a module of its own
+    # (handlers, producing, dead_letters, browsing, run_due, schedules, flow_control), all
+    # sharing the state declared in base.ServiceBase.
 
     def __init__(self, config: ServiceConfig, client: RedisClient, *, owns_client: bool) -> None:
         self._config = config
@@ -70,14 +71,18 @@ class EventService(
 
     @staticmethod
     def builder() -> EventServiceBuilder:
+        """A builder for a new service: set a connection (`.url(...)` or `.client(...)`) and
+        any other settings, then `build()`."""
         return EventServiceBuilder(EventService)
 
     @property
     def config(self) -> ServiceConfig:
+        """The settings the service was built with, frozen."""
         return self._config
 
     @property
     def state(self) -> ServiceState:
+        """Where the service is in its life: idle, running, closing or closed."""
         return self._state
 
     def __repr__(self) -> str:

@@ -40,6 +40,11 @@ from ._types import type_routes
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The largest request body `create_app` accepts unless told otherwise (1 MiB): 413 beyond."""
+METRICS_NEED_PROMETHEUS = (
+    "metrics need prometheus_client: pip install 'aioqueue-redis[prometheus]' "
+    "where `aioqueue serve` runs, and restart it"
+)
 # Dead letters one listing returns at most, whatever `limit` asks for.
 MAX_LISTING = 1000
 
@@ -58,8 +63,13 @@ def create_app(
     """The app for one prefix on one server: give `url` (the app connects and closes the
     client) or `client` (yours, never closed). With `token`, every API call needs
     `Authorization: Bearer <token>`; the dashboard page asks for it. Writes need JSON, a
-    foreign `Origin` is refused, and with `allowed_hosts` so is any other `Host` header (see
-    _guard.py); `aioqueue serve` passes the names it was started for."""
+    foreign `Origin` is refused, and with `allowed_hosts` so is any other `Host` header;
+    `aioqueue serve` passes the names it was started for. Request bodies beyond
+    `max_body_bytes` are refused with 413.
+
+    The Redis client is opened in the app's lifespan: mounted in another app, enter
+    `app.router.lifespan_context(app)` from that app's lifespan.
+    """
     if (url is None) == (client is None):
         raise ValueError("give exactly one of url and client")
     validate_prefix(prefix)
@@ -96,9 +106,7 @@ def create_app(
         *schedule_routes(state, api),
         *type_routes(state, api),
     ]
-    metrics = _metrics_endpoint(state)
-    if metrics is not None:
-        routes.append(Route("/metrics", api(metrics)))
+    routes.append(Route("/metrics", api(_metrics_endpoint(state))))
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=ERROR_HANDLERS)
 
 
@@ -136,15 +144,21 @@ def dashboard_file(name: str, media_type: str) -> Endpoint:
     return serve
 
 
-def _metrics_endpoint(state: _State) -> Endpoint | None:
+def _metrics_endpoint(state: _State) -> Endpoint:
     """`GET /metrics`: the queue gauges in Prometheus' format, read from Redis on every
-    scrape; only when prometheus_client is installed (the `prometheus` extra)."""
+    scrape. Without prometheus_client (the `prometheus` extra) it answers 501 with the
+    install command: a scraper's log then says what to do, where a bare 404 would read as
+    a wrong path."""
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
         from aioqueue.prometheus import PrometheusMetrics
     except ImportError:
-        return None
+
+        async def missing(request: Request) -> Response:
+            return _error(501, METRICS_NEED_PROMETHEUS)
+
+        return missing
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry)
 

