@@ -68,7 +68,12 @@ class Producer(Protocol):
 
 
 class Recorder:
-    """Counts handled events and keeps their lateness (seconds); `done` is set at `target`."""
+    """Counts handled events and keeps their lateness (seconds); `done` is set at `target`.
+
+    Handlers also report each event's index (`saw`), so that a run can tell how many distinct
+    events were handled when the count reached `target`: a duplicate delivery would otherwise
+    hide a lost event.
+    """
 
     def __init__(self, target: int) -> None:
         self.target = target
@@ -77,13 +82,21 @@ class Recorder:
         # A second lateness measure where a system offers one (aioqueue: the handler's wall
         # clock against the due time the producer computed), kept as a cross-check.
         self.cross_check_lateness: list[float] = []
+        self.seen: set[int] = set()
         self.done = asyncio.Event()
+
+    def saw(self, index: int) -> None:
+        self.seen.add(index)
 
     def record(self, lateness: float) -> None:
         self.handled += 1
         self.lateness.append(lateness)
         if self.handled >= self.target:
             self.done.set()
+
+    def lost(self) -> int:
+        """Events of range(target) not handled (yet) when called."""
+        return self.target - len(self.seen)
 
 
 class System(Protocol):
@@ -118,7 +131,7 @@ class System(Protocol):
         """Runs one worker (CONCURRENCY handlers, no-op) until `recorder.done`, then stops it.
 
         Calls `on_ready` once the worker is taking events. Every handled event is passed to
-        `recorder.record` with its lateness in seconds.
+        `recorder.saw` with its index and to `recorder.record` with its lateness in seconds.
         """
         ...
 
@@ -280,8 +293,8 @@ async def enqueue_due(system: System, options: Options, first_index: int = 0) ->
         )
 
 
-async def timed_drain(system: System, options: Options) -> float:
-    """Seconds from starting a worker until it has handled `events` events."""
+async def timed_drain(system: System, options: Options) -> tuple[float, Recorder]:
+    """Seconds from starting a worker until it has handled `events` events, and its record."""
     recorder = Recorder(options.events)
     started = time.perf_counter()
     finished = 0.0
@@ -299,7 +312,7 @@ async def timed_drain(system: System, options: Options) -> float:
         await watcher
     finally:
         watcher.cancel()
-    return finished - started
+    return finished - started, recorder
 
 
 async def scenario_drain(system: System, options: Options) -> JsonDict:
@@ -310,8 +323,8 @@ async def scenario_drain(system: System, options: Options) -> JsonDict:
 
 async def scenario_drain_worker(system: System, options: Options) -> JsonDict:
     """Scenario 2's worker alone, on due events enqueued before (profiling.py uses it)."""
-    elapsed = await timed_drain(system, options)
-    return {"seconds": elapsed, "events_per_s": options.events / elapsed}
+    elapsed, recorder = await timed_drain(system, options)
+    return {"seconds": elapsed, "events_per_s": options.events / elapsed, "lost": recorder.lost()}
 
 
 async def scenario_backlog(system: System, options: Options) -> JsonDict:
@@ -332,7 +345,9 @@ async def scenario_backlog(system: System, options: Options) -> JsonDict:
         memory_after = await used_memory(options.url)
         result[f"bytes_per_pending_event_{phase}"] = (memory_after - memory_before) / backlog
         await enqueue_due(system, options)
-        result[f"drain_{phase}_per_s"] = options.events / await timed_drain(system, options)
+        elapsed, recorder = await timed_drain(system, options)
+        result[f"drain_{phase}_per_s"] = options.events / elapsed
+        result[f"lost_{phase}"] = recorder.lost()
         if system.has_dispatch_step:
             await enqueue_due(system, options, first_index=options.events)
             dispatched = await system.dispatch_only(options.url, options.events)
@@ -479,6 +494,7 @@ async def scenario_lateness(system: System, options: Options, script: str) -> Js
         "worker_wall_s": worker["wall_s"],
         "enqueue_seconds": enqueue_seconds,
         "handled": worker["handled"],
+        "lost": worker["lost"],
         "server_clock_offset": worker["server_clock_offset"],
         "lateness_ms": [round(value * 1000, 3) for value in lateness_s],
     }
@@ -534,6 +550,7 @@ async def lateness_worker(system: System, options: Options) -> JsonDict:
         watcher.cancel()
     return {
         "handled": recorder.handled,
+        "lost": recorder.lost(),
         "server_clock_offset": offset,
         "cpu_s": marks["cpu_done"] - marks["cpu"],
         "wall_s": marks["wall_done"] - marks["wall"],

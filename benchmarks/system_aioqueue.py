@@ -155,12 +155,15 @@ class AioqueueSystem:
         self, url: str, variant: str, recorder: Recorder, on_ready: Callable[[], None]
     ) -> None:
         async def handle(event: BenchEvent) -> bool:
+            recorder.saw(event.index)
             due = event_context.get().get(DUE_KEY)
             if due is not None:
                 recorder.cross_check_lateness.append(time.time() - float(due))
             return True
 
         def handle_in_thread(event: BenchEvent) -> bool:
+            # A set's add is atomic under the GIL, so worker threads may share it.
+            recorder.saw(event.index)
             return True
 
         # Defaults everywhere but parallelism, which matches the peers' default concurrency.
