@@ -99,20 +99,25 @@ class Recorder:
         return self.target - len(self.seen)
 
 
-class System(Protocol):
-    """One queue library, as the scenarios see it."""
+class Described(Protocol):
+    """What the command line needs to know of a system: its name and its variants."""
 
     name: str
+
+    def variants(self) -> Sequence[str]:
+        """Names accepted by --variant besides the default ("")."""
+        ...
+
+
+class System(Described, Protocol):
+    """One queue library, as the scenarios see it."""
+
     has_dispatch_step: bool
     """Whether due events pass through a step of their own (aioqueue's dispatcher, saq's
     schedule timer) before a worker takes them; arq's poller claims them straight away."""
 
     def versions(self) -> dict[str, str]:
         """Versions of the library and its Redis client, for the results file."""
-        ...
-
-    def variants(self) -> Sequence[str]:
-        """Names accepted by --variant besides the default ("")."""
         ...
 
     def producer(
@@ -571,7 +576,7 @@ def parse_result(stdout: str) -> JsonDict:
     raise RuntimeError("the scenario printed no result line")
 
 
-def parse_options(system: System, argv: Sequence[str]) -> Options:
+def parse_options(system: Described, argv: Sequence[str]) -> Options:
     parser = argparse.ArgumentParser(description=f"one benchmark scenario for {system.name}")
     parser.add_argument(
         "scenario", choices=["versions", "enqueue", "drain", "lateness", "lateness-worker",
