@@ -1,10 +1,10 @@
 """Runs every scenario for aioqueue and its peers against one embedded server; see README.md.
 
 Started by run.sh inside .venv-aioqueue. Each scenario run is a fresh subprocess (a
-`system_*.py` or `ceiling.py` script, in the virtualenv of the system it measures) that prints
-one JSON result line; the server is flushed before every run. Repeats are interleaved (every
-system runs once per repeat before the next repeat starts), so a slow phase of the machine
-touches all systems alike.
+`system_*.py`, `ceiling.py` or `cluster.py` script, in the virtualenv of the system it
+measures) that prints one JSON result line; the server is flushed before every run. Repeats
+are interleaved (every system runs once per repeat before the next repeat starts), so a slow
+phase of the machine touches all systems alike.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class Sizes:
     backlog_large: int
     idle_events: int
     idle_window: float
+    cluster_events: int
 
 
 FULL = Sizes(
@@ -71,6 +72,7 @@ FULL = Sizes(
     backlog_large=1_000_000,
     idle_events=100_000,
     idle_window=5.0,
+    cluster_events=3_000,
 )
 QUICK = Sizes(
     enqueue_events=2_000,
@@ -84,6 +86,7 @@ QUICK = Sizes(
     backlog_large=100_000,
     idle_events=10_000,
     idle_window=3.0,
+    cluster_events=1_000,
 )
 
 
@@ -103,7 +106,7 @@ class Row:
 
 
 PEER_SYSTEMS = ("arq", "saq", "streaq", "bullmq", "bullmq-node")
-SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling", "backlog", "idle")
+SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling", "backlog", "idle", "cluster")
 
 
 def plan(peers_python: str, bullmq_python: str, *, with_enqueue_many: bool) -> dict[str, list[Row]]:
@@ -136,6 +139,12 @@ def plan(peers_python: str, bullmq_python: str, *, with_enqueue_many: bool) -> d
     # Node runs the BullMQ side; the Python around it (server reset, MONITOR) needs redis-py.
     bullmq_node = Row(BULLMQ_NODE, "bullmq-node", "system_bullmq_node.py", bullmq_python)
     peers = [streaq, bullmq, bullmq_node]
+    cluster = [
+        Row("aioqueue, single server", "aioqueue", "cluster.py", ours, "single"),
+        Row("aioqueue, 3-master cluster", "aioqueue", "cluster.py", ours, "cluster"),
+        Row("aioqueue, 3-master cluster, partitions(Tick, 8)", "aioqueue", "cluster.py", ours,
+            "cluster-partitioned"),
+    ]  # fmt: skip
     return {
         "enqueue": [
             aioqueue,
@@ -165,6 +174,7 @@ def plan(peers_python: str, bullmq_python: str, *, with_enqueue_many: bool) -> d
         # it is measured in its fastest setting only.
         "backlog": [aioqueue, arq_spinning, saq, *peers],
         "idle": [aioqueue, arq, saq, *peers],
+        "cluster": cluster,
     }
 
 
@@ -196,6 +206,10 @@ def scenario_arguments(scenario: str, sizes: Sizes) -> tuple[list[str], float]:
         events, window = sizes.idle_events, sizes.idle_window
         arguments = ["idle", "--events", str(events), "--window", str(window)]
         return arguments, events / 5000 + window + 60
+    if scenario == "cluster":
+        # A cluster start (about 2 s), the enqueue, the lead and spread of the due times.
+        events = sizes.cluster_events
+        return ["cluster", "--events", str(events)], events / 500 + 60
     raise AssertionError(scenario)
 
 

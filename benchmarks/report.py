@@ -86,6 +86,14 @@ METRICS = (
     Metric("idle", "commands_per_s",
            "idle: commands the server executes per second for it, those run by scripts included",
            "executed", "commands/s", False, 1),
+    Metric("cluster", "enqueue_per_s",
+           "cluster: enqueue rate, {cluster_events:,} events, 32 calls in flight, worker running",
+           "enqueue", "events/s", True, 0, compare=False),
+    Metric("cluster", "p50_ms",
+           "cluster: lateness p50 (server clock), events due once the enqueueing is over",
+           "p50", "ms", False, 1, compare=False),
+    Metric("cluster", "p99_ms", "cluster: lateness p99", "p99", "ms", False, 1, compare=False),
+    Metric("cluster", "max_ms", "cluster: lateness max", "max", "ms", False, 1, compare=False),
 )  # fmt: skip
 
 # What issue 3 asks of aioqueue; see check_targets().
