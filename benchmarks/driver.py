@@ -36,7 +36,7 @@ from report import (
     summarize,
 )
 
-from aioqueue import EventService
+from aioqueue import EventService, EventServiceBuilder
 from aioqueue.testing import EmbeddedServer
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -109,7 +109,9 @@ PEER_SYSTEMS = ("arq", "saq", "streaq", "bullmq", "bullmq-node")
 SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling", "backlog", "idle", "cluster")
 
 
-def plan(peers_python: str, bullmq_python: str, *, with_enqueue_many: bool) -> dict[str, list[Row]]:
+def plan(
+    peers_python: str, bullmq_python: str, *, with_enqueue_many: bool, with_durability: bool
+) -> dict[str, list[Row]]:
     """The rows each scenario runs, in table order."""
     ours = sys.executable
     aioqueue = Row("aioqueue", "aioqueue", "system_aioqueue.py", ours)
@@ -139,6 +141,16 @@ def plan(peers_python: str, bullmq_python: str, *, with_enqueue_many: bool) -> d
     # Node runs the BullMQ side; the Python around it (server reset, MONITOR) needs redis-py.
     bullmq_node = Row(BULLMQ_NODE, "bullmq-node", "system_bullmq_node.py", bullmq_python)
     peers = [streaq, bullmq, bullmq_node]
+    # Durable enqueue (issue 28) runs on a primary with a replica of its own (see
+    # system_aioqueue.py), so it is shown beside the same enqueue on such a pair without it.
+    durable = [
+        Row("aioqueue, primary + replica", "aioqueue", "system_aioqueue.py", ours,
+            "replica_attached"),
+        Row("aioqueue, durability(replicas=1)", "aioqueue", "system_aioqueue.py", ours,
+            "durable"),
+        Row("aioqueue enqueue_many, durability(replicas=1)", "aioqueue", "system_aioqueue.py",
+            ours, "durable_many"),
+    ] if with_durability else []  # fmt: skip
     cluster = [
         Row("aioqueue, single server", "aioqueue", "cluster.py", ours, "single"),
         Row("aioqueue, 3-master cluster", "aioqueue", "cluster.py", ours, "cluster"),
@@ -149,6 +161,7 @@ def plan(peers_python: str, bullmq_python: str, *, with_enqueue_many: bool) -> d
         "enqueue": [
             aioqueue,
             *([many] if with_enqueue_many else []),
+            *durable,
             arq,
             saq,
             *peers,
@@ -296,10 +309,12 @@ def main() -> int:
         parser.error(f"unknown scenarios {sorted(unknown)}" if unknown else "--repeats >= 1")
 
     with_enqueue_many = hasattr(EventService, "enqueue_many")
+    with_durability = hasattr(EventServiceBuilder, "durability")
     rows = plan(
         args.peers_python,
         args.bullmq_python,
         with_enqueue_many=with_enqueue_many,
+        with_durability=with_durability,
     )
     rows = {scenario: rows[scenario] for scenario in SCENARIOS if scenario in chosen}
     runs: list[JsonDict] = []
@@ -363,6 +378,7 @@ def main() -> int:
         "versions": found_versions,
         "aioqueue_commit": git_commit(),
         "enqueue_many_measured": with_enqueue_many,
+        "durability_measured": with_durability,
         "python": platform.python_version(),
         "machine": {
             "cpus": os.cpu_count(),
