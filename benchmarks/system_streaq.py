@@ -34,9 +34,9 @@ from streaq.types import StreamMessage, Streaq
 from streaq.utils import now_ms
 
 HANDLER_NAME = "handle"
-# Loading a backlog: tasks per enqueue_many call (one pipeline), and calls in flight.
-BACKLOG_TASKS_PER_CALL = 1000
-BACKLOG_CALLS_IN_FLIGHT = 2
+# Loading a backlog: tasks per pipeline, and pipelines in flight.
+BACKLOG_TASKS_PER_PIPELINE = 1000
+BACKLOG_PIPELINES_IN_FLIGHT = 2
 # streaq's one priority when none are configured.
 PRIORITY = "normal"
 # How long a stopping worker may take to settle the tasks it has taken (seconds).
@@ -126,16 +126,33 @@ class StreaqSystem:
             group.cancel_scope.cancel()
 
     async def load_backlog(self, url: str, count: int, delay: float) -> None:
-        """streaq's own batch call, enqueue_many: one pipeline of publish_task calls."""
+        """What publish_task writes for a delayed task (SET of the pickled task, ZADD of its id
+        scored by due ms), pipelined 1,000 tasks at a time, with the data from streaq's own
+        Task.serialize. Three times faster here than its enqueue_many, a pipeline of
+        publish_task calls, which would take minutes for the large backlog."""
         worker = _worker(url, None)
         task = worker.registry[HANDLER_NAME]
+        enqueue_time = now_ms()
+        score = enqueue_time + round(delay * 1000)
 
         async def write(indices: range) -> None:
-            tasks = [task.enqueue(index).start(delay=timedelta(seconds=delay)) for index in indices]
-            await worker.enqueue_many(tasks)
+            tasks = [task.enqueue(index) for index in indices]
+            payloads = [await each.serialize(enqueue_time) for each in tasks]
+            async with worker.redis.pipeline(transaction=False) as pipe:
+                for each, payload in zip(tasks, payloads, strict=True):
+                    pipe.set(worker.task_key + each.id, payload)
+                pipe.zadd(worker.queue_key + PRIORITY, {each.id: score for each in tasks})
 
         async with worker:
-            await run_in_flight(count, BACKLOG_TASKS_PER_CALL, BACKLOG_CALLS_IN_FLIGHT, write)
+            queue = worker.queue_key + PRIORITY
+            before = await worker.redis.zcard(queue)
+            await run_in_flight(
+                count, BACKLOG_TASKS_PER_PIPELINE, BACKLOG_PIPELINES_IN_FLIGHT, write
+            )
+            # The keys are written the way the Function writes them: prove they all landed.
+            loaded = await worker.redis.zcard(queue) - before
+        if loaded != count:
+            raise RuntimeError(f"loaded {loaded} backlog tasks instead of {count}")
 
     async def dispatch_only(self, url: str, events: int) -> JsonDict:
         """One call of publish_delayed_tasks, which moves every due task to the stream."""
