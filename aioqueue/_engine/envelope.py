@@ -33,7 +33,7 @@ def stored_version(fields: dict[str, Any]) -> Any:
     return fields["v"] if "v" in fields else fields.get("version")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per delivery, and frozen init is slower
 class Envelope:
     """One delivery of an event, as the dispatcher pushed it (see docs/wire-format.md)."""
 
