@@ -116,7 +116,8 @@ class EmbeddedServer:
         extra_args: Sequence[str] = (),
         binary: pathlib.Path | None = None,
     ) -> None:
-        self.binary = binary if binary is not None else find_server_binary()
+        # Absolute: the server runs in its data directory, where a relative path means nothing.
+        self.binary = (binary if binary is not None else find_server_binary()).absolute()
         self.port = port if port is not None else free_port()
         self.appendonly = appendonly
         self.extra_args = tuple(extra_args)
