@@ -214,6 +214,7 @@ MATRIX_MODULES = frozenset(
         "test_pause",  # flow control: pause, rate limits, serial keys
         "test_rate_limit",
         "test_schedules",  # recurring events
+        "test_sentinel_failover",
         "test_serial_keys",
     }
 )

@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from types import TracebackType
+from urllib.parse import quote
 
 __all__ = ["EmbeddedServer", "ServerNotFoundError", "find_server_binary", "free_port"]
 
@@ -102,7 +103,9 @@ def free_port() -> int:
 class EmbeddedServer:
     """A valkey/redis server process on 127.0.0.1 with a fixed port and data directory.
 
-    Without a `directory` it owns a temporary one, removed by the final `stop()`.
+    Without a `directory` it owns a temporary one, removed by the final `stop()`. With a
+    `password`, clients must give it (`requirepass`; `url` carries it), and as a replica the
+    server gives it to its primary (`masterauth`).
     """
 
     host = _HOST
@@ -115,12 +118,14 @@ class EmbeddedServer:
         appendonly: bool = False,
         extra_args: Sequence[str] = (),
         binary: pathlib.Path | None = None,
+        password: str | None = None,
     ) -> None:
         # Absolute: the server runs in its data directory, where a relative path means nothing.
         self.binary = (binary if binary is not None else find_server_binary()).absolute()
         self.port = port if port is not None else free_port()
         self.appendonly = appendonly
         self.extra_args = tuple(extra_args)
+        self.password = password
         self._owns_directory = directory is None
         self._directory_removed = False
         if directory is None:
@@ -134,6 +139,8 @@ class EmbeddedServer:
 
     @property
     def url(self) -> str:
+        if self.password is not None:
+            return f"redis://:{quote(self.password, safe='')}@{self.host}:{self.port}"
         return f"redis://{self.host}:{self.port}"
 
     @property
@@ -190,8 +197,14 @@ class EmbeddedServer:
             "--protected-mode", "no",
             "--daemonize", "no",
             "--logfile", str(self.log_path),
+            *self._password_args(),
             *self.extra_args,
         ]  # fmt: skip
+
+    def _password_args(self) -> list[str]:
+        if self.password is None:
+            return []
+        return ["--requirepass", self.password, "--masterauth", self.password]
 
     def stop(self, timeout: float = 5.0, *, keep_data: bool = False) -> None:
         """Stop the server (SIGTERM, then SIGKILL after `timeout`); safe to call twice.
@@ -264,19 +277,23 @@ class EmbeddedServer:
             time.sleep(_POLL_INTERVAL)
 
     def _answers_ping(self, timeout: float) -> bool:
-        # An inline PING needs no RESP client; the reply is -LOADING until the AOF is replayed.
+        # A few bytes of RESP need no client library; the reply to PING is -LOADING until the
+        # AOF is replayed.
+        commands: list[tuple[str, ...]] = [("PING",)]
+        if self.password is not None:
+            commands.insert(0, ("AUTH", self.password))
         try:
             with socket.create_connection((self.host, self.port), timeout=timeout) as conn:
-                conn.sendall(b"PING\r\n")
+                conn.sendall(b"".join(_resp(*command) for command in commands))
                 reply = b""
-                while not reply.endswith(b"\r\n"):
+                while reply.count(b"\r\n") < len(commands):
                     chunk = conn.recv(64)
                     if not chunk:
                         return False
                     reply += chunk
         except OSError:
             return False
-        return reply.startswith(b"+PONG")
+        return reply.split(b"\r\n")[len(commands) - 1].startswith(b"+PONG")
 
     def _log_tail(self) -> str:
         try:
@@ -285,6 +302,14 @@ class EmbeddedServer:
             return f"server log {self.log_path} unreadable: {error}"
         tail = "\n".join(lines[-_LOG_TAIL_LINES:])
         return f"last lines of {self.log_path}:\n{tail}"
+
+
+def _resp(*parts: str) -> bytes:
+    """One command in the Redis protocol."""
+    encoded = [part.encode() for part in parts]
+    return f"*{len(encoded)}\r\n".encode() + b"".join(
+        b"$%d\r\n%s\r\n" % (len(part), part) for part in encoded
+    )
 
 
 class _OwnerWatch:
