@@ -42,7 +42,7 @@ class _SentinelProcess(EmbeddedServer):
                     f"logfile {self.log_path}",
                     "daemonize no",
                     "protected-mode no",
-                    *([f"requirepass {self.password}"] if self.password else []),
+                    *([f"requirepass {_quoted(self.password)}"] if self.password else []),
                     *self.config_lines,
                 ]
             )
@@ -244,10 +244,10 @@ class EmbeddedSentinel:
             f"sentinel parallel-syncs {name} 1",
         ]
         if self.password:
-            lines.append(f"sentinel auth-pass {name} {self.password}")
+            lines.append(f"sentinel auth-pass {name} {_quoted(self.password)}")
         if self.sentinel_password:
             # What this sentinel gives the others, which require the same password.
-            lines.append(f"sentinel sentinel-pass {self.sentinel_password}")
+            lines.append(f"sentinel sentinel-pass {_quoted(self.sentinel_password)}")
         lines += [
             f"sentinel known-replica {name} {self.host} {r.port}" for r in self.replicas_at_start
         ]
@@ -315,3 +315,9 @@ class EmbeddedSentinel:
                 raise SentinelNotReadyError(f"{self!r} did not {what} in time: {last}")
             # Sentinels change state on their own timers, which offer nothing to wait on.
             time.sleep(_POLL_INTERVAL)
+
+
+def _quoted(value: str) -> str:
+    """A config file value as one argument, whatever spaces or quotes it holds."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
