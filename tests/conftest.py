@@ -282,5 +282,6 @@ pytest_plugins = [
     "tests.spark_fixtures",
     "tests.spark_standalone",
     "tests.browser_support",
+    "tests.tls_support",
     "aioqueue.pytest_plugin",
 ]

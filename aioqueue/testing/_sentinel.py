@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import redis
 
-from ._server import EmbeddedServer, find_server_binary, free_port
+from ._server import EmbeddedServer, TlsFiles, find_server_binary, free_port
 
 __all__ = ["EmbeddedSentinel", "SentinelNotReadyError"]
 
@@ -27,8 +27,8 @@ class _SentinelProcess(EmbeddedServer):
     """The server binary in sentinel mode, from a config file of its own (a sentinel rewrites
     its config as it learns, so each needs one it may write)."""
 
-    def __init__(self, *, binary: pathlib.Path, password: str | None) -> None:
-        super().__init__(binary=binary, password=password)
+    def __init__(self, *, binary: pathlib.Path, password: str | None, tls: TlsFiles | None) -> None:
+        super().__init__(binary=binary, password=password, tls=tls)
         self.config_lines: list[str] = []
 
     def _command(self) -> list[str]:
@@ -36,7 +36,8 @@ class _SentinelProcess(EmbeddedServer):
         config_path.write_text(
             "\n".join(
                 [
-                    f"port {self.port}",
+                    # The server's own options, as config lines ("--port" "0" -> "port 0").
+                    *_config_lines(self._port_args()),
                     f"bind {self.host}",
                     f"dir {self.directory}",
                     f"logfile {self.log_path}",
@@ -64,7 +65,8 @@ class EmbeddedSentinel:
     `down_after_ms` and `failover_timeout_ms` are the sentinels' `down-after-milliseconds`
     and `failover-timeout`, short by default so that a killed primary is replaced within a
     few seconds; `quorum` sentinels must agree that it is down. `password` protects the
-    primary and replicas, `sentinel_password` the sentinels.
+    primary and replicas, `sentinel_password` the sentinels. With `tls`, every process speaks
+    only TLS, to clients and to each other (the binary must have TLS built in).
 
     The admin methods are synchronous (a few milliseconds per node, or up to `timeout` while
     waiting); from async code run them in a thread (`anyio.to_thread.run_sync`).
@@ -83,6 +85,7 @@ class EmbeddedSentinel:
         failover_timeout_ms: int = 3000,
         password: str | None = None,
         sentinel_password: str | None = None,
+        tls: TlsFiles | None = None,
         binary: pathlib.Path | None = None,
     ) -> None:
         if replicas < 1 or sentinels < 1 or not 1 <= quorum <= sentinels:
@@ -93,18 +96,20 @@ class EmbeddedSentinel:
         self.service_name = service_name
         self.password = password
         self.sentinel_password = sentinel_password
+        self.tls = tls
         binary = binary if binary is not None else find_server_binary()
         # A replica's first sync would otherwise wait 5 s for more replicas to join it.
         data_args = ["--repl-diskless-sync-delay", "0"]
         self.primary_at_start = EmbeddedServer(
-            binary=binary, password=password, extra_args=data_args
+            binary=binary, password=password, tls=tls, extra_args=data_args
         )
         self.replicas_at_start = [
-            EmbeddedServer(binary=binary, password=password) for _ in range(replicas)
+            EmbeddedServer(binary=binary, password=password, tls=tls) for _ in range(replicas)
         ]
         self.nodes = [self.primary_at_start, *self.replicas_at_start]
         self.sentinels = [
-            _SentinelProcess(binary=binary, password=sentinel_password) for _ in range(sentinels)
+            _SentinelProcess(binary=binary, password=sentinel_password, tls=tls)
+            for _ in range(sentinels)
         ]
         # Each process picked a free port alone; two picks may have met.
         taken: set[int] = set()
@@ -134,15 +139,17 @@ class EmbeddedSentinel:
     @property
     def url(self) -> str:
         """The `redis+sentinel://` URL of the group, the form `EventServiceBuilder.url` takes
-        (with the passwords, if any)."""
+        (`rediss+sentinel://` trusting the CA with `tls`; with the passwords, if any)."""
+        scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
         credentials = f":{quote(self.password, safe='')}@" if self.password else ""
         hosts = ",".join(f"{self.host}:{port}" for _, port in self.addresses)
-        query = (
-            f"?sentinel_password={quote(self.sentinel_password, safe='')}"
-            if self.sentinel_password
-            else ""
-        )
-        return f"redis+sentinel://{credentials}{hosts}/{self.service_name}{query}"
+        query = []
+        if self.sentinel_password:
+            query.append(f"sentinel_password={quote(self.sentinel_password, safe='')}")
+        if self.tls:
+            query.append(f"ssl_ca_certs={quote(str(self.tls.ca), safe='')}")
+        options = f"?{'&'.join(query)}" if query else ""
+        return f"{scheme}://{credentials}{hosts}/{self.service_name}{options}"
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
@@ -268,6 +275,8 @@ class EmbeddedSentinel:
             decode_responses=True,
             socket_timeout=_ADMIN_SOCKET_TIMEOUT,
             socket_connect_timeout=_ADMIN_SOCKET_TIMEOUT,
+            ssl=self.tls is not None,
+            ssl_ca_certs=str(self.tls.ca) if self.tls else None,
         )
 
     def _replication_problem(self) -> str | None:
@@ -321,3 +330,14 @@ def _quoted(value: str) -> str:
     """A config file value as one argument, whatever spaces or quotes it holds."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
+
+
+def _config_lines(args: list[str]) -> list[str]:
+    """Command-line options (`--name value`) as config file lines (`name value`)."""
+    lines: list[str] = []
+    for arg in args:
+        if arg.startswith("--"):
+            lines.append(arg[2:])
+        else:
+            lines[-1] += f" {_quoted(arg)}"
+    return lines

