@@ -18,6 +18,7 @@ from .sentinel import (
     is_sentinel_url,
     parse_sentinel_url,
     sentinel_client,
+    sync_sentinel_client,
 )
 
 __all__ = [
@@ -63,6 +64,8 @@ def sync_client_from_url(url: str, **options: Any) -> SyncRedisClient:
     for scheme in ("redis+cluster://", "rediss+cluster://"):
         if url.startswith(scheme):
             return SyncRedisCluster.from_url(url.replace("+cluster", "", 1), **options)
+    if is_sentinel_url(url):
+        return sync_sentinel_client(parse_sentinel_url(url), **options)
     return redis.Redis.from_url(url, **options)
 
 

@@ -25,21 +25,26 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import redis
+import redis.sentinel
 from redis.asyncio import Redis
 from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS, to_bool
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
+from redis.retry import Retry as SyncRetry
 
 __all__ = [
     "DEFAULT_SENTINEL_PORT",
     "SENTINEL_SCHEMES",
     "SentinelPrimary",
     "SentinelSettings",
+    "SyncSentinelPrimary",
     "is_sentinel_url",
     "parse_sentinel_url",
     "sentinel_client",
     "sentinel_settings",
+    "sync_sentinel_client",
 ]
 
 SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
@@ -112,9 +117,6 @@ def sentinel_settings(
             raise ValueError(f"{side}{tls_options[0]} needs {side}ssl=True (or rediss+sentinel)")
     for name in ("socket_timeout", "socket_connect_timeout"):
         sentinel.setdefault(name, SENTINEL_TIMEOUT)
-    # Asking the next sentinel is the retry: redis-py's default would try each one 4 times
-    # with backoff, so a refused password took 11 s to report with three sentinels.
-    sentinel.setdefault("retry", Retry(NoBackoff(), 0))
     return SentinelSettings(
         addresses, service_name, MappingProxyType(primary), MappingProxyType(sentinel)
     )
@@ -170,11 +172,43 @@ class SentinelPrimary(Redis):
 def sentinel_client(settings: SentinelSettings, **defaults: Any) -> SentinelPrimary:
     """A client of the primary; `defaults` are options the settings may override."""
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        list(settings.sentinels), sentinel_kwargs=dict(settings.sentinel_options)
+        list(settings.sentinels),
+        # Asking the next sentinel is the retry: redis-py's default would try each one 4
+        # times with backoff, so a refused password took 11 s to report with three sentinels.
+        sentinel_kwargs={"retry": Retry(NoBackoff(), 0), **settings.sentinel_options},
     )
     client: SentinelPrimary = sentinel.master_for(
         settings.service_name,
         redis_class=SentinelPrimary,
+        **{**defaults, **settings.primary_options},
+    )
+    client._sentinel = sentinel
+    return client
+
+
+class SyncSentinelPrimary(redis.Redis):
+    """The blocking SentinelPrimary (for producers without an event loop)."""
+
+    _sentinel: redis.sentinel.Sentinel | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._sentinel is not None:
+                for sentinel in self._sentinel.sentinels:
+                    sentinel.close()
+
+
+def sync_sentinel_client(settings: SentinelSettings, **defaults: Any) -> SyncSentinelPrimary:
+    """A blocking client of the primary, as sentinel_client makes an asyncio one."""
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(settings.sentinels),
+        sentinel_kwargs={"retry": SyncRetry(NoBackoff(), 0), **settings.sentinel_options},
+    )
+    client: SyncSentinelPrimary = sentinel.master_for(  # type: ignore[no-untyped-call]
+        settings.service_name,
+        redis_class=SyncSentinelPrimary,
         **{**defaults, **settings.primary_options},
     )
     client._sentinel = sentinel
