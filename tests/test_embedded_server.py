@@ -2,7 +2,11 @@ from __future__ import annotations
 
 import os
 import pathlib
+import select
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -132,3 +136,55 @@ def test_failed_start_reports_the_server_log() -> None:
     finally:
         server.stop()
     assert not server.directory.exists()
+
+
+# A process that owns a server and would stop it on a normal exit, but gets SIGTERM instead:
+# no `finally`, `__exit__` or atexit hook runs. It prints the pids to watch and waits.
+OWNER_SCRIPT = """
+import sys, time
+from aioqueue.testing import EmbeddedServer
+with EmbeddedServer() as server:
+    print(server.pid, server._watch._process.pid, server.port, server.directory, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_server_whose_owner_gets_sigterm_is_gone_within_5_s() -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER_SCRIPT], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        server_pid, watch_pid, port, directory = owner.stdout.readline().split()
+        # A pidfd becomes readable when its process ends, reaped or not: nothing is polled.
+        # Opened before the signal, so that neither pid can be reused unnoticed meanwhile.
+        server_fd, watch_fd = os.pidfd_open(int(server_pid)), os.pidfd_open(int(watch_pid))
+        owner.send_signal(signal.SIGTERM)
+        assert owner.wait(5) == -signal.SIGTERM
+        readable, _, _ = select.select([server_fd], [], [], 5)
+        assert readable, f"server {server_pid} still runs 5 s after its owner got SIGTERM"
+        # The watch removes the server's temporary directory once the server is gone.
+        readable, _, _ = select.select([watch_fd], [], [], 5)
+        assert readable
+        os.close(server_fd)
+        os.close(watch_fd)
+    finally:
+        owner.kill()
+        owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()
+    assert not pathlib.Path(directory).exists()
+    with socket.socket() as probe, pytest.raises(ConnectionRefusedError):
+        probe.connect(("127.0.0.1", int(port)))
+
+
+def test_a_stopped_server_leaves_no_watch_behind() -> None:
+    """stop() ends the watch itself: a watch left running could signal a stranger once the
+    server's pid is reused."""
+    server = EmbeddedServer()
+    server.start()
+    assert server._watch is not None
+    watch = server._watch._process
+    server.stop()
+    assert watch.poll() is not None
+    assert server._watch is None

@@ -15,7 +15,6 @@ from aioqueue import EventServiceBuilder
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueLayout
 from aioqueue._engine.store import QueueStore
-from aioqueue.testing import EmbeddedServer
 from tests.ops_support import api_client, run_cli, serve
 from tests.support import PaymentCheck, Recorder, wait_until
 
@@ -140,7 +139,7 @@ async def test_a_running_handler_finishes_and_is_acknowledged_during_a_pause(
 
 @pytest.mark.backends("standalone")
 async def test_the_cli_and_the_http_api_pause_and_resume(
-    service_builder: Builder, redis_url: str, redis_server: EmbeddedServer
+    service_builder: Builder, redis_url: str
 ) -> None:
     env = {"AIOQUEUE_URL": redis_url}
     async with service_builder().build() as service:
@@ -151,7 +150,7 @@ async def test_the_cli_and_the_http_api_pause_and_resume(
         assert await service.paused() == {"PaymentCheck"}
         stats = await run_cli("stats", "--json", env=env)
         assert [t["paused"] for t in stats.json()["types"]] == [True]
-        with serve(redis_server.url) as app:
+        with serve(redis_url) as app:
             async with api_client(app.base_url) as http:
                 [listed] = (await http.get("/types")).json()["types"]
                 assert (listed["type"], listed["paused"]) == ("PaymentCheck", True)

@@ -72,7 +72,8 @@ def add_connection_options(
     parser.add_argument(
         "--url",
         default=argparse.SUPPRESS,
-        help=f"Redis URL (env AIOQUEUE_URL; default {DEFAULT_URL if url_default else 'none'})",
+        help="Redis URL: redis://, rediss://, redis+cluster://, redis+sentinel://h1:26379,"
+        f"h2:26379/mymaster (env AIOQUEUE_URL; default {DEFAULT_URL if url_default else 'none'})",
     )
     if prefix:
         parser.add_argument(

@@ -1,11 +1,15 @@
-"""`aioqueue functions load`: loads this version's function library into the server, for
-services whose ACL user may call the functions (FCALL) but not load them."""
+"""`aioqueue functions load`: loads this version's Lua code into the server, for services
+whose ACL user may run it (FCALL, or EVALSHA on Redis 6) but not load it."""
 
 from __future__ import annotations
 
 import argparse
 
+from redis.exceptions import ResponseError
+
+from aioqueue._engine.client import RedisClient, within_reply_timeout
 from aioqueue._engine.functions import LIBRARY
+from aioqueue._engine.scripts import script_source
 
 from ._common import Commands, add_connection_options, connect, print_json
 
@@ -18,7 +22,9 @@ def add_functions_command(commands: Commands) -> None:
     )
     actions = functions.add_subparsers(dest="action", metavar="ACTION", required=True)
     load = actions.add_parser(
-        "load", help="FUNCTION LOAD this version's library on the server (every primary)"
+        "load",
+        help="FUNCTION LOAD this version's library on the server (every primary); on a "
+        "server without functions (Redis 6), SCRIPT LOAD its scripts instead",
     )
     add_connection_options(load)
     load.add_argument("--json", action="store_true", help="print only JSON")
@@ -27,9 +33,30 @@ def add_functions_command(commands: Commands) -> None:
 
 async def run_load(args: argparse.Namespace) -> int:
     async with connect(args.url) as client:
-        await LIBRARY.load(client)
+        try:
+            await LIBRARY.load(client)
+            kind = "functions"
+        except ResponseError as exc:
+            if "unknown command" not in str(exc).lower():
+                raise
+            await _load_scripts(client)
+            kind = "scripts"
     if args.json:
-        print_json({"library": LIBRARY.name, "loaded": True})
-    else:
+        print_json({"library": LIBRARY.name, "loaded": True, "as": kind})
+    elif kind == "functions":
         print(f"loaded function library {LIBRARY.name}")
+    else:
+        print(
+            f"this server has no functions (Redis 6): loaded the {len(LIBRARY.scripts)} "
+            "scripts of the library for EVALSHA; load them again after the server restarts "
+            "without its AOF (the script cache is not kept otherwise)"
+        )
     return 0
+
+
+async def _load_scripts(client: RedisClient) -> None:
+    """SCRIPT LOAD of every script, as services run them (every primary of a cluster): the
+    cache is replicated and kept in the AOF, and a user allowed EVALSHA but neither EVAL nor
+    SCRIPT LOAD can then run these scripts and no others."""
+    for name in LIBRARY.scripts:
+        await within_reply_timeout(client.script_load(script_source(name)))

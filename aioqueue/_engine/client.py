@@ -13,6 +13,13 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .packing import pack_commands_in_c
+from .sentinel import (
+    SentinelSettings,
+    is_sentinel_url,
+    parse_sentinel_url,
+    sentinel_client,
+    sync_sentinel_client,
+)
 
 __all__ = [
     "REPLY_TIMEOUT",
@@ -22,6 +29,7 @@ __all__ = [
     "client_from_url",
     "ensure_slot_map",
     "service_client_from_url",
+    "service_client_of_sentinels",
     "sync_client_from_url",
     "within_reply_timeout",
 ]
@@ -37,13 +45,16 @@ its own timeout) before it fails with redis.exceptions.TimeoutError."""
 
 
 def client_from_url(url: str, **options: Any) -> RedisClient:
-    """A client for `url`; `redis+cluster://` or `rediss+cluster://` selects Redis Cluster.
-    Options given in the URL's query win over `options`. It packs commands in C (see
-    packing.py)."""
+    """A client for `url`; `redis+cluster://` or `rediss+cluster://` selects Redis Cluster,
+    `redis+sentinel://` or `rediss+sentinel://` the primary of a Sentinel-monitored group
+    (see sentinel.py). Options given in the URL's query win over `options`. It packs commands
+    in C (see packing.py)."""
     for scheme in ("redis+cluster://", "rediss+cluster://"):
         if url.startswith(scheme):
             cluster = _SlotMapFirstCluster.from_url(url.replace("+cluster", "", 1), **options)
             return pack_commands_in_c(cluster)
+    if is_sentinel_url(url):
+        return pack_commands_in_c(sentinel_client(parse_sentinel_url(url), **options))
     return pack_commands_in_c(Redis.from_url(url, **options))
 
 
@@ -53,16 +64,27 @@ def sync_client_from_url(url: str, **options: Any) -> SyncRedisClient:
     for scheme in ("redis+cluster://", "rediss+cluster://"):
         if url.startswith(scheme):
             return SyncRedisCluster.from_url(url.replace("+cluster", "", 1), **options)
+    if is_sentinel_url(url):
+        return sync_sentinel_client(parse_sentinel_url(url), **options)
     return redis.Redis.from_url(url, **options)
 
 
+# Every call a service makes has a deadline of its own (see within_reply_timeout), so its
+# clients go without redis-py's socket timeout unless told otherwise: on Python 3.11 that
+# timeout wraps each command sent in an extra task (asyncio.wait_for), which at thousands of
+# events a second is a large share of a consumer's time.
+_SERVICE_OPTIONS: dict[str, Any] = {"socket_timeout": None}
+
+
 def service_client_from_url(url: str) -> RedisClient:
-    """The client a service makes from its URL: without redis-py's socket timeout (unless the
-    URL sets one), since every call the service makes has a deadline of its own (see
-    within_reply_timeout). On Python 3.11 that socket timeout wraps each command sent in an
-    extra task (asyncio.wait_for), which at thousands of events a second is a large share of
-    a consumer's time."""
-    return client_from_url(url, socket_timeout=None)
+    """The client a service makes from its URL (without a socket timeout, unless the URL
+    sets one)."""
+    return client_from_url(url, **_SERVICE_OPTIONS)
+
+
+def service_client_of_sentinels(settings: SentinelSettings) -> RedisClient:
+    """The client a service makes from `EventServiceBuilder.sentinel(...)`, as from a URL."""
+    return pack_commands_in_c(sentinel_client(settings, **_SERVICE_OPTIONS))
 
 
 async def within_reply_timeout(call: Awaitable[T], limit: float | None = None) -> T:

@@ -55,6 +55,8 @@ class FunctionLibrary:
         names = _script_names()
         digest = hashlib.sha1(library_source(names, "aioqueue").encode()).hexdigest()[:12]
         self.name = f"aioqueue_{digest}"
+        self.scripts = tuple(names)
+        """The scripts it holds, by name (`lua/<name>.lua`)."""
         self.source = library_source(names, self.name)
         # Per client: False once FCALL turned out unusable (no functions, or no right to
         # call or load them), so every later call goes straight to EVALSHA.

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from aioqueue._engine.client import RedisClient, service_client_from_url
+from aioqueue._engine.client import (
+    RedisClient,
+    service_client_from_url,
+    service_client_of_sentinels,
+)
 from aioqueue._engine.keys import MAX_PARTITIONS, validate_prefix
+from aioqueue._engine.sentinel import sentinel_settings
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.durations import Duration, to_seconds
 from aioqueue._model.errors import ConfigurationError
@@ -56,6 +61,8 @@ class EventServiceBuilder:
         self._factory = factory
         self._client: RedisClient | None = None
         self._url: str | None = None
+        # (sentinels, service_name, options), checked at build()
+        self._sentinels: tuple[tuple[Any, ...], str, dict[str, Any]] | None = None
         self._prefix = "aioqueue"
         self._durations: dict[str, Duration] = {
             "scheduling_interval": 0.5,
@@ -79,14 +86,32 @@ class EventServiceBuilder:
     def client(self, client: RedisClient) -> EventServiceBuilder:
         """Uses a client you own (`redis.asyncio.Redis` or `RedisCluster`): the service
         never closes it. The service's calls each have their own 5 s deadline."""
-        self._client, self._url = client, None
+        self._client, self._url, self._sentinels = client, None, None
         return self
 
     def url(self, url: str) -> EventServiceBuilder:
-        """Connects to `url` (`redis://`, `rediss://`, `redis+cluster://`); the service closes
-        this client when it shuts down. Query parameters are redis-py's
-        (`?ssl_ca_certs=...`, `?socket_timeout=3`)."""
-        self._url, self._client = url, None
+        """Connects to `url` (`redis://`, `rediss://`, `redis+cluster://`,
+        `redis+sentinel://host:26379,host2:26379/mymaster`); the service closes this client
+        when it shuts down. Query parameters are redis-py's (`?ssl_ca_certs=...`,
+        `?socket_timeout=3`)."""
+        self._url, self._client, self._sentinels = url, None, None
+        return self
+
+    def sentinel(
+        self, sentinels: Iterable[tuple[str, int]], *, service_name: str, **options: Any
+    ) -> EventServiceBuilder:
+        """Connects to the primary that the sentinels at `sentinels` ((host, port) pairs)
+        monitor as `service_name`, and to the promoted one after a failover; the service
+        closes this client when it shuts down.
+
+        `options` are redis-py connection options of the primary (`password=`, `username=`,
+        `db=`, `ssl=True`, `ssl_ca_certs=`, ...); with a `sentinel_` prefix, the sentinels'
+        own (`sentinel_password=`, `sentinel_username=`). With `ssl=True` the sentinels are
+        reached over TLS too, with the primary's TLS options unless given their own.
+        """
+        # Checked at build(), like every setting; the tuple keeps an iterator for a rebuild.
+        self._sentinels = (tuple(sentinels), service_name, dict(options))
+        self._url, self._client = None, None
         return self
 
     def prefix(self, prefix: str) -> EventServiceBuilder:
@@ -242,9 +267,15 @@ class EventServiceBuilder:
         )
         if self._client is not None:
             return self._factory(config, self._client, owns_client=False)
-        if self._url is None:
-            raise ConfigurationError("set a Redis connection with .client(...) or .url(...)")
-        client = _check(service_client_from_url, self._url, "url")
+        if self._sentinels is not None:
+            settings = _check(lambda s: sentinel_settings(*s), self._sentinels, "sentinel")
+            client = service_client_of_sentinels(settings)
+        elif self._url is not None:
+            client = _check(service_client_from_url, self._url, "url")
+        else:
+            raise ConfigurationError(
+                "set a Redis connection with .client(...), .url(...) or .sentinel(...)"
+            )
         return self._factory(config, client, owns_client=True)
 
     def _checked_rate_limits(self) -> dict[str, RateLimit]:

