@@ -35,11 +35,6 @@ PENDING_DOCSTRINGS = {
     "aioqueue.PendingPage.to_json",
     "aioqueue.ScheduleInfo.to_json",
     "aioqueue.spark.ScheduleResult.rows",
-    "aioqueue.testing.CuttingProxy.statistics",
-    "aioqueue.testing.EmbeddedCluster.live_nodes",
-    "aioqueue.testing.EmbeddedCluster.node_on",
-    "aioqueue.testing.EmbeddedServer.log_path",
-    "aioqueue.testing.EmbeddedServer.url",
 }
 README_MAX_LINES = 250
 
