@@ -13,13 +13,10 @@ from aioqueue._model.event import Event
 from .coalescer import Coalescer
 from .queues import QueueDirectory
 from .store import QueueStore
-from .writes import DueTime, EnqueueItem, event_item
+from .writes import CHUNK_SIZE, DueTime, EnqueueItem, event_item
 
 __all__ = ["Producer"]
 
-# Events per enqueue script call: large enough to amortise the round trip, small enough that
-# one call never blocks the server for more than about a millisecond.
-CHUNK_SIZE = 500
 # Script calls in flight at once during enqueue_many, each on its own pooled connection.
 CONCURRENT_CHUNKS = 4
 

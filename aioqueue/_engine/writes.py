@@ -32,6 +32,7 @@ from .scripts import CANCEL, ENQUEUE, RESCHEDULE
 from .steps import Steps
 
 __all__ = [
+    "CHUNK_SIZE",
     "MAX_DELAY",
     "DueTime",
     "EnqueueItem",
@@ -39,6 +40,7 @@ __all__ = [
     "cancel_steps",
     "context_json",
     "enqueue_call",
+    "enqueue_many_steps",
     "enqueue_steps",
     "event_item",
     "max_wait_ms",
@@ -52,6 +54,13 @@ unit mistake (milliseconds given as seconds) than a plan, and an event never due
 Redis forever; refusing it also keeps every score an exact integer of milliseconds."""
 
 MoveResult = Literal["moved", "missing", "in_flight"]
+
+CHUNK_SIZE = 500
+"""Events per enqueue script call: large enough to amortise the round trip, small enough that
+one call never blocks the server for more than about a millisecond."""
+CALLS_PER_PIPELINE = 16
+"""Enqueue script calls per round trip in enqueue_many_steps: 8,000 events at most, so one
+huge enqueue_many never piles up a pipeline's worth of replies without bound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +218,41 @@ def enqueue_steps(
         keys, event_type, items, replace=replace, max_wait_ms=max_wait_ms
     )
     return scheduled_flags((yield from ENQUEUE.steps(client, script_keys, args)))
+
+
+def enqueue_many_steps(
+    client: object,
+    writes: Sequence[tuple[QueueKeys, str, EnqueueItem]],
+    *,
+    replace: bool,
+    max_wait_ms: int | None = None,
+) -> Steps[list[bool]]:
+    """Schedules each item into the queue (keys, event type) it names: grouped per queue
+    (partition), CHUNK_SIZE items per script call, the calls pipelined (see
+    LuaScript.pipelined_steps). Returns, per item in order, whether it was scheduled."""
+    by_queue: dict[tuple[QueueKeys, str], list[int]] = {}
+    for index, (keys, event_type, _) in enumerate(writes):
+        by_queue.setdefault((keys, event_type), []).append(index)
+    chunks = [
+        (keys, event_type, indices[start : start + CHUNK_SIZE])
+        for (keys, event_type), indices in by_queue.items()
+        for start in range(0, len(indices), CHUNK_SIZE)
+    ]
+    results = [False] * len(writes)
+    for first in range(0, len(chunks), CALLS_PER_PIPELINE):
+        batch = chunks[first : first + CALLS_PER_PIPELINE]
+        calls = [
+            enqueue_call(
+                keys, event_type, [writes[index][2] for index in chunk],
+                replace=replace, max_wait_ms=max_wait_ms,
+            )
+            for keys, event_type, chunk in batch
+        ]  # fmt: skip
+        replies = yield from ENQUEUE.pipelined_steps(client, calls)
+        for (_, _, chunk), reply in zip(batch, replies, strict=True):
+            for index, scheduled in zip(chunk, scheduled_flags(reply), strict=True):
+                results[index] = scheduled
+    return results
 
 
 def scheduled_flags(reply: Any) -> list[bool]:
