@@ -21,7 +21,6 @@ Threads and processes:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType, TracebackType
@@ -167,7 +166,14 @@ class SyncProducer:
         due = DueTime.of(delay, at)
         bound = max_wait_ms(max_wait, replace=replace)
         item = self._item(event, due, self._context(context))
-        return functools.partial(self._enqueue_item, type(event), item, replace, bound)
+        event_class = type(event)
+
+        def write() -> bool:
+            return self._enqueue_item(event_class, item, replace, bound)
+
+        # The name callers log it by (Django's robust on_commit names the failed function).
+        write.__qualname__ = f"enqueue of {event_class.__qualname__} {item.id!r}"
+        return write
 
     def enqueue_many(
         self,
