@@ -35,6 +35,7 @@ from report import (
     summarize,
 )
 
+import aioqueue
 from aioqueue import EventService
 from aioqueue.testing import EmbeddedServer
 
@@ -104,7 +105,9 @@ class Row:
 SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling", "backlog", "idle")
 
 
-def plan(peers_python: str, *, with_enqueue_many: bool) -> dict[str, list[Row]]:
+def plan(
+    peers_python: str, *, with_enqueue_many: bool, with_sync_producer: bool = False
+) -> dict[str, list[Row]]:
     """The rows each scenario runs, in table order."""
     ours = sys.executable
     aioqueue = Row("aioqueue", "aioqueue", "system_aioqueue.py", ours)
@@ -126,11 +129,28 @@ def plan(peers_python: str, *, with_enqueue_many: bool) -> dict[str, list[Row]]:
         "aioqueue, serial key (1,000 keys)", "aioqueue", "system_aioqueue.py", ours,
         "serial_keys",
     )  # fmt: skip
+    sync_rows = [
+        Row("aioqueue SyncProducer (32 threads)", "aioqueue", "system_aioqueue.py", ours, "sync"),
+        Row(
+            "aioqueue SyncProducer enqueue_many (100/call, 32 threads)", "aioqueue",
+            "system_aioqueue.py", ours, "sync_enqueue_many",
+        ),
+        Row(
+            "aioqueue SyncProducer (1 thread)", "aioqueue", "system_aioqueue.py", ours,
+            "sync_one_thread",
+        ),
+    ]  # fmt: skip
     arq = Row("arq", "arq", "system_arq.py", peers_python)
     arq_spinning = Row("arq poll_delay=0", "arq", "system_arq.py", peers_python, "poll_delay=0")
     saq = Row("saq", "saq", "system_saq.py", peers_python)
     return {
-        "enqueue": [aioqueue, *([many] if with_enqueue_many else []), arq, saq],
+        "enqueue": [
+            aioqueue,
+            *([many] if with_enqueue_many else []),
+            *(sync_rows if with_sync_producer else []),
+            arq,
+            saq,
+        ],
         "drain": [aioqueue, sync_handler, rate_limited, serial_keys, arq, arq_spinning, saq],
         "lateness": [aioqueue, arq, arq_spinning, saq],
         "memory": [aioqueue, arq, saq],
@@ -258,7 +278,12 @@ def main() -> int:
         parser.error(f"unknown scenarios {sorted(unknown)}" if unknown else "--repeats >= 1")
 
     with_enqueue_many = hasattr(EventService, "enqueue_many")
-    rows = plan(args.peers_python, with_enqueue_many=with_enqueue_many)
+    with_sync_producer = hasattr(aioqueue, "SyncProducer")
+    rows = plan(
+        args.peers_python,
+        with_enqueue_many=with_enqueue_many,
+        with_sync_producer=with_sync_producer,
+    )
     rows = {scenario: rows[scenario] for scenario in SCENARIOS if scenario in chosen}
     runs: list[JsonDict] = []
     started_at = datetime.now(timezone.utc)
