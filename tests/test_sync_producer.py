@@ -13,6 +13,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
+from redis.asyncio import Redis as AsyncRedis
 
 from aioqueue import (
     ConfigurationError,
@@ -295,8 +296,18 @@ async def test_a_payload_above_the_limit_is_refused(
         ({"url": "redis://x", "max_payload_bytes": 0}, "max_payload_bytes must be"),
         ({"url": "redis://x", "partitions": {PaymentCheck: 0}}, "partitions of PaymentCheck"),
         ({"url": "redis://x", "partitions": {OrderStep: 2}}, "__serial_key__"),
+        ({"client": AsyncRedis()}, "needs a blocking client"),
     ],
-    ids=["neither", "both", "scheme", "prefix", "payload-limit", "partitions", "serial-key"],
+    ids=[
+        "neither",
+        "both",
+        "scheme",
+        "prefix",
+        "payload-limit",
+        "partitions",
+        "serial-key",
+        "asyncio-client",
+    ],
 )
 def test_settings_are_checked_when_it_is_made(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):

@@ -26,6 +26,9 @@ from datetime import datetime
 from types import MappingProxyType, TracebackType
 from typing import TypeVar
 
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
 from aioqueue._engine.client import SyncRedisClient, producer_client_from_url
 from aioqueue._engine.event_types import EventTypeRecord, EventTypes
 from aioqueue._engine.keys import MAX_PARTITIONS, validate_prefix
@@ -110,6 +113,12 @@ class SyncProducer:
             assert url is not None
             self._client = checked(producer_client_from_url, url, "url")
             self._owns_client = True
+        elif isinstance(client, (AsyncRedis, AsyncRedisCluster)):
+            raise ConfigurationError(
+                "SyncProducer needs a blocking client (redis.Redis or "
+                "redis.cluster.RedisCluster); an asyncio client belongs to "
+                "EventService.builder().client(...)"
+            )
         else:
             self._client, self._owns_client = client, False
         self._types = EventTypes(
@@ -289,8 +298,9 @@ class SyncProducer:
 
     def _write(self, steps: Steps[R]) -> R:
         """Runs one write (enqueue, cancel, reschedule): every write passes here, so a
-        setting that must follow each write (such as waiting for replicas to confirm it)
-        has one place to go."""
+        setting that must follow each write has one place to go. (Waiting for replicas to
+        confirm a write, WAIT, must run on the connection that wrote; run_steps_sync takes
+        a pooled connection per step, so such a setting would hold one for the steps.)"""
         return run_steps_sync(self._client, steps)
 
     def _ensure_open(self) -> None:
