@@ -10,7 +10,7 @@ From blocking code (Django, Flask, scripts): SyncProducer(url).enqueue(event, de
 
 from ._engine.browse import EventInfo, PendingEvent, PendingPage
 from ._engine.envelope import DeadLetter
-from ._model.config import ServiceConfig
+from ._model.config import ProducerConfig, ServiceConfig
 from ._model.errors import (
     AioqueueError,
     ConfigurationError,
@@ -63,6 +63,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PendingEvent",
     "PendingPage",
+    "ProducerConfig",
     "RetryPolicy",
     "ScheduleInfo",
     "SerializationError",

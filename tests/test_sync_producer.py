@@ -4,6 +4,7 @@ debounce, cancel and reschedule."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import uuid
@@ -312,6 +313,20 @@ async def test_a_payload_above_the_limit_is_refused(
 def test_settings_are_checked_when_it_is_made(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         SyncProducer(**options)  # type: ignore[arg-type]
+
+
+def test_its_settings_are_frozen_with_partitions_by_wire_name(redis_url: str) -> None:
+    with SyncProducer(
+        redis_url, prefix="shop", partitions={PaymentCheck: 4}, max_payload_bytes=1000
+    ) as producer:
+        config = producer.config
+    assert (config.prefix, dict(config.partitions), config.max_payload_bytes) == (
+        "shop",
+        {"PaymentCheck": 4},
+        1000,
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.prefix = "other"  # type: ignore[misc]
 
 
 class CountingMetrics(NoMetrics):

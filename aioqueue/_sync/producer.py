@@ -100,9 +100,9 @@ class SyncProducer:
             raise ConfigurationError("give SyncProducer a Redis url or a client (one of them)")
         self._config = ProducerConfig(
             prefix=checked(validate_prefix, prefix, "prefix"),
-            serializer=serializer or JsonSerializer(),
-            metrics=metrics or NoMetrics(),
-            instrumentation=instrumentation or NoInstrumentation(),
+            serializer=JsonSerializer() if serializer is None else serializer,
+            metrics=NoMetrics() if metrics is None else metrics,
+            instrumentation=NoInstrumentation() if instrumentation is None else instrumentation,
             max_payload_bytes=int_in_range(
                 "max_payload_bytes", max_payload_bytes, 1, MAX_PAYLOAD_BYTES_LIMIT
             ),
@@ -131,6 +131,7 @@ class SyncProducer:
 
     @property
     def config(self) -> ProducerConfig:
+        """The producer's settings, checked and frozen."""
         return self._config
 
     def enqueue(
