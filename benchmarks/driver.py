@@ -36,6 +36,7 @@ from report import (
     summarize,
 )
 
+import aioqueue
 from aioqueue import EventService, EventServiceBuilder
 from aioqueue.testing import EmbeddedServer
 
@@ -110,7 +111,12 @@ SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling", "backlog", "id
 
 
 def plan(
-    peers_python: str, bullmq_python: str, *, with_enqueue_many: bool, with_durability: bool
+    peers_python: str,
+    bullmq_python: str,
+    *,
+    with_enqueue_many: bool,
+    with_durability: bool,
+    with_sync_producer: bool = False,
 ) -> dict[str, list[Row]]:
     """The rows each scenario runs, in table order."""
     ours = sys.executable
@@ -133,6 +139,17 @@ def plan(
         "aioqueue, serial key (1,000 keys)", "aioqueue", "system_aioqueue.py", ours,
         "serial_keys",
     )  # fmt: skip
+    sync_rows = [
+        Row("aioqueue SyncProducer (32 threads)", "aioqueue", "system_aioqueue.py", ours, "sync"),
+        Row(
+            "aioqueue SyncProducer enqueue_many (100/call, 32 threads)", "aioqueue",
+            "system_aioqueue.py", ours, "sync_enqueue_many",
+        ),
+        Row(
+            "aioqueue SyncProducer (1 thread)", "aioqueue", "system_aioqueue.py", ours,
+            "sync_one_thread",
+        ),
+    ]  # fmt: skip
     arq = Row("arq", "arq", "system_arq.py", peers_python)
     arq_spinning = Row("arq poll_delay=0", "arq", "system_arq.py", peers_python, "poll_delay=0")
     saq = Row("saq", "saq", "system_saq.py", peers_python)
@@ -162,6 +179,7 @@ def plan(
             aioqueue,
             *([many] if with_enqueue_many else []),
             *durable,
+            *(sync_rows if with_sync_producer else []),
             arq,
             saq,
             *peers,
@@ -310,11 +328,13 @@ def main() -> int:
 
     with_enqueue_many = hasattr(EventService, "enqueue_many")
     with_durability = hasattr(EventServiceBuilder, "durability")
+    with_sync_producer = hasattr(aioqueue, "SyncProducer")
     rows = plan(
         args.peers_python,
         args.bullmq_python,
         with_enqueue_many=with_enqueue_many,
         with_durability=with_durability,
+        with_sync_producer=with_sync_producer,
     )
     rows = {scenario: rows[scenario] for scenario in SCENARIOS if scenario in chosen}
     runs: list[JsonDict] = []

@@ -27,11 +27,12 @@ from aioqueue._model.event import Event
 from aioqueue._model.serializer import Serializer
 
 from .envelope import text
-from .keys import QueueKeys, QueueLayout, partition_of
+from .keys import QueueKeys, QueueLayout
 from .scripts import CANCEL, ENQUEUE, RESCHEDULE
 from .steps import Steps
 
 __all__ = [
+    "CHUNK_SIZE",
     "MAX_DELAY",
     "DueTime",
     "EnqueueItem",
@@ -39,7 +40,7 @@ __all__ = [
     "cancel_steps",
     "context_json",
     "enqueue_call",
-    "enqueue_layout_steps",
+    "enqueue_many_steps",
     "enqueue_steps",
     "event_item",
     "max_wait_ms",
@@ -53,6 +54,13 @@ unit mistake (milliseconds given as seconds) than a plan, and an event never due
 Redis forever; refusing it also keeps every score an exact integer of milliseconds."""
 
 MoveResult = Literal["moved", "missing", "in_flight"]
+
+CHUNK_SIZE = 500
+"""Events per enqueue script call: large enough to amortise the round trip, small enough that
+one call never blocks the server for more than about a millisecond."""
+CALLS_PER_PIPELINE = 16
+"""Enqueue script calls per round trip in enqueue_many_steps: 8,000 events at most, so one
+huge enqueue_many never piles up a pipeline's worth of replies without bound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,41 +220,48 @@ def enqueue_steps(
     return scheduled_flags((yield from ENQUEUE.steps(client, script_keys, args)))
 
 
-def enqueue_layout_steps(
+def enqueue_many_steps(
     client: object,
-    layout: QueueLayout,
-    items: Sequence[EnqueueItem],
+    writes: Sequence[tuple[QueueKeys, str, EnqueueItem]],
     *,
     replace: bool,
     max_wait_ms: int | None = None,
 ) -> Steps[list[bool]]:
-    """Schedules `items` of one type, whatever their partitions: one script call per
-    partition, sent together (one round trip on a single server, one per node on a
-    cluster). Returns what enqueue_steps would, in the order of `items`."""
-    if layout.partitions == 1:
+    """Schedules each item into the queue (keys, event type) it names: grouped per queue
+    (partition), CHUNK_SIZE items per script call, the calls pipelined (see
+    LuaScript.pipelined_steps: one round trip on a single server, one per node on a cluster).
+    Returns, per item in order, whether it was scheduled."""
+    by_queue: dict[tuple[QueueKeys, str], list[int]] = {}
+    for index, (keys, event_type, _) in enumerate(writes):
+        by_queue.setdefault((keys, event_type), []).append(index)
+    chunks = [
+        (keys, event_type, indices[start : start + CHUNK_SIZE])
+        for (keys, event_type), indices in by_queue.items()
+        for start in range(0, len(indices), CHUNK_SIZE)
+    ]
+    if len(chunks) == 1:  # the usual batch: one call, no pipeline around it
+        keys, event_type, _ = chunks[0]
+        items = [item for _, _, item in writes]
         return (
             yield from enqueue_steps(
-                client, layout.all_keys[0], layout.event_type, items,
+                client, keys, event_type, items, replace=replace, max_wait_ms=max_wait_ms
+            )
+        )
+    results = [False] * len(writes)
+    for first in range(0, len(chunks), CALLS_PER_PIPELINE):
+        batch = chunks[first : first + CALLS_PER_PIPELINE]
+        calls = [
+            enqueue_call(
+                keys, event_type, [writes[index][2] for index in chunk],
                 replace=replace, max_wait_ms=max_wait_ms,
             )
-        )  # fmt: skip
-    positions: dict[int, list[int]] = {}
-    for position, item in enumerate(items):
-        positions.setdefault(partition_of(item.id, layout.partitions), []).append(position)
-    calls = [
-        enqueue_call(
-            layout.all_keys[partition], layout.event_type,
-            [items[position] for position in in_partition],
-            replace=replace, max_wait_ms=max_wait_ms,
-        )
-        for partition, in_partition in positions.items()
-    ]  # fmt: skip
-    replies = yield from ENQUEUE.pipelined_steps(client, calls)
-    scheduled = [False] * len(items)
-    for in_partition, reply in zip(positions.values(), replies, strict=True):
-        for position, flag in zip(in_partition, scheduled_flags(reply), strict=True):
-            scheduled[position] = flag
-    return scheduled
+            for keys, event_type, chunk in batch
+        ]  # fmt: skip
+        replies = yield from ENQUEUE.pipelined_steps(client, calls)
+        for (_, _, chunk), reply in zip(batch, replies, strict=True):
+            for index, scheduled in zip(chunk, scheduled_flags(reply), strict=True):
+                results[index] = scheduled
+    return results
 
 
 def scheduled_flags(reply: Any) -> list[bool]:
