@@ -24,6 +24,7 @@ PUBLIC_MODULES = (
     "aioqueue.spark",
     "aioqueue.prometheus",
     "aioqueue.tracing",
+    "aioqueue.django",
     "aioqueue.http",
     "aioqueue.pytest_plugin",
 )
