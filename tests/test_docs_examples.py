@@ -110,7 +110,8 @@ def test_every_included_file_is_an_example_program_the_suite_runs() -> None:
 )
 def test_every_excerpt_is_word_for_word_in_its_example(example: PythonExample) -> None:
     source = example.block.excerpt_of
-    assert source is not None and source.is_file(), example.block.title
+    assert source is not None, example.block.title
+    assert source.is_file(), example.block.title
     assert example.block.code in source.read_text()
 
 
