@@ -1,10 +1,13 @@
 """Property-based: any interleaving of keepers produces each tick at most once, in order.
 
 Hypothesis interleaves several keepers of one schedule, each reading the record at its own
-moments (so it may act on a stale read), producing ticks, a redeclaration with another spec,
-and a producer that takes tick events out (handled). After every step, on a real server:
-no tick was produced twice, produced ticks only go forward, the record's tick is the latest
-produced since the last declaration, and a changed spec left no pending tick of the old one.
+moments (so it may act on a stale read), producing ticks as ScheduleKeeper does (through
+the misfire policy: each keeper has its own), a redeclaration with another spec, a producer
+that takes tick events out (handled), and downtimes (every service away for hours or weeks:
+the record's latest tick lies far in the past). After every step, on a real server: no
+tick was produced twice, produced ticks only go forward, the record's tick is the latest
+produced since the last declaration, a changed spec left no pending tick of the old one,
+and a catch-up produced exactly the latest missed ticks its policy allows.
 """
 
 from __future__ import annotations
@@ -12,16 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aioqueue._engine.keys import QueueKeys
 from aioqueue._engine.writes import EnqueueItem
+from aioqueue._recurring.misfire import Misfire, ticks_to_produce
 from aioqueue._recurring.records import ScheduleRecord, declare, produce_tick, read_record
 from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue.testing import EmbeddedServer
-from tests.support import SteppedRedis
+from tests.support import SteppedRedis, server_time_ms
 
 T = TypeVar("T")
 KEYS = QueueKeys.for_type("prop", "Beat")
@@ -34,9 +39,12 @@ SPECS = [
 ]
 STEPS = st.lists(
     st.tuples(
-        st.sampled_from(["read", "read", "produce", "produce", "produce", "declare", "handle"]),
-        st.integers(min_value=0, max_value=2),  # keeper
+        st.sampled_from(
+            ["read", "read", "produce", "produce", "produce", "declare", "handle", "downtime"]
+        ),
+        st.integers(min_value=0, max_value=3),  # keeper
         st.integers(min_value=0, max_value=1),  # spec
+        st.integers(min_value=1, max_value=24 * 60),  # downtime, in hours
     ),
     min_size=10,
     max_size=40,
@@ -45,6 +53,8 @@ STEPS = st.lists(
 
 @dataclass
 class Keeper:
+    misfire: Misfire
+    max_catch_up: int
     seen: ScheduleRecord | None = None
     declaration: int = 0
     """Which declaration the keeper's read saw."""
@@ -53,13 +63,16 @@ class Keeper:
 class Model(SteppedRedis):
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self.keepers = [Keeper(), Keeper(), Keeper()]
+        # Services that declared the schedule with different policies.
+        self.keepers = [
+            Keeper("all", 3), Keeper("once", 100), Keeper("all", 10_000), Keeper("skip", 100)
+        ]  # fmt: skip
         self.since_declared: list[int] = []
         self.spec = SPECS[0]
         self.declaration = 0
         self.run(declare(self.client, KEYS, "prop", "Beat", "beat", self.spec))
 
-    def apply(self, operation: str, keeper_index: int, spec_index: int) -> None:
+    def apply(self, operation: str, keeper_index: int, spec_index: int, hours: int) -> None:
         keeper = self.keepers[keeper_index]
         if operation == "read" or (operation == "produce" and keeper.seen is None):
             keeper.seen = self.run(read_record(self.client, KEYS, "beat"))
@@ -75,37 +88,88 @@ class Model(SteppedRedis):
                 self.spec = SPECS[spec_index]
                 self.declaration += 1
                 self.since_declared = []
-                # The old spec's pending tick is gone: nothing of it is left to fire.
-                assert self.run(self.client.hlen(KEYS.events)) == 0
+                # The old spec's tick still to come is gone (ticks a catch-up made due stay).
+                now = self.run(server_time_ms(self.client))
+                assert self.run(self.client.zcount(KEYS.schedule, f"({now}", "+inf")) == 0
+        elif operation == "downtime":
+            self.go_down(hours)
         else:  # handle: a consumer took every tick event out
             self.run(self.client.delete(KEYS.events, KEYS.schedule))
 
+    def go_down(self, hours: int) -> None:
+        """Every service was away: the tick events were handled long ago, and the latest
+        tick produced lies `hours` back (rounded to the spec's ticks)."""
+        self.run(self.client.delete(KEYS.events, KEYS.schedule))
+        record = self.run(read_record(self.client, KEYS, "beat"))
+        assert record is not None
+        spec = ScheduleSpec.from_key(record.spec)
+        latest = spec.latest_at_or_before(record.now - hours * HOUR_MS)
+        assert latest is not None
+        raw = self.run(self.client.hget(KEYS.schedules, "beat"))
+        assert raw is not None
+        stored = orjson.loads(raw)
+        stored.update(tick=latest, tick_id=f"beat-{latest}", produced_at=latest)
+        self.run(self.client.hset(KEYS.schedules, "beat", orjson.dumps(stored)))
+        self.since_declared = [latest]
+
     def produce(self, keeper: Keeper) -> None:
+        """What ScheduleKeeper._step does with the keeper's (possibly stale) read; a read
+        whose tick is still to come is tried as well, which the script must refuse."""
         seen = keeper.seen
         assert seen is not None
+        keeper.seen = None
         spec = ScheduleSpec.from_key(seen.spec)
-        tick = next(spec.ticks_after(seen.tick if seen.tick is not None else seen.now))
-        item = EnqueueItem(f"beat-{tick}", "{}", "{}", tick, absolute=True)
-        outcome, record = self.run(
-            produce_tick(self.client, KEYS, "beat", seen.spec, seen.tick, tick, item)
-        )
         current = keeper.declaration == self.declaration and (
             seen.tick == (self.since_declared[-1] if self.since_declared else seen.tick)
         )
-        if current and self.since_declared:
-            # The record's tick is still to come (ticks are hours ahead): one at a time.
-            assert outcome == "early"
-        elif outcome in ("produced", "kept"):
-            assert current, "a stale read produced a tick"
-            assert tick not in self.since_declared, "a tick was produced twice"
-            assert not self.since_declared or tick > self.since_declared[-1]
-            self.since_declared.append(tick)
-            assert record is not None
-            assert record.tick == tick
+        if seen.tick is not None and seen.tick > seen.now:
+            ticks = [next(spec.ticks_after(seen.tick))]
         else:
-            assert not current
-            assert outcome in ("moved", "changed")
-        keeper.seen = None
+            ticks = ticks_to_produce(
+                spec, seen.tick, seen.now, keeper.misfire, keeper.max_catch_up
+            ).ticks
+            if current:
+                assert ticks == self.expected_ticks(spec, seen, keeper)
+        previous = seen.tick
+        for tick in ticks:
+            item = EnqueueItem(f"beat-{tick}", "{}", "{}", tick, absolute=True)
+            outcome, record = self.run(
+                produce_tick(self.client, KEYS, "beat", seen.spec, previous, tick, item)
+            )
+            if current and previous is not None and previous > seen.now:
+                # The record's tick is still to come (ticks are hours ahead): one at a time.
+                assert outcome == "early"
+            elif outcome in ("produced", "kept"):
+                assert current, "a stale read produced a tick"
+                assert tick not in self.since_declared, "a tick was produced twice"
+                assert not self.since_declared or tick > self.since_declared[-1]
+                self.since_declared.append(tick)
+                assert record is not None
+                assert record.tick == tick
+            else:
+                assert not current
+                assert outcome in ("moved", "changed")
+            if outcome not in ("produced", "kept"):
+                return
+            previous = tick
+
+    @staticmethod
+    def expected_ticks(spec: ScheduleSpec, seen: ScheduleRecord, keeper: Keeper) -> list[int]:
+        """The ticks the policy allows, counted forward from the latest produced (the slow
+        way the keeper no longer takes, for a downtime of at most 60 days of hourly ticks)."""
+        if seen.tick is None:
+            return [next(spec.ticks_after(seen.now))]
+        missed = []
+        for tick in spec.ticks_after(seen.tick):
+            if tick > seen.now:
+                upcoming = tick
+                break
+            missed.append(tick)
+        if not missed:
+            return [upcoming]
+        if keeper.misfire == "skip":
+            return [upcoming]
+        return missed[-(1 if keeper.misfire == "once" else keeper.max_catch_up) :]
 
 
 @pytest.mark.timeout(300)
@@ -113,12 +177,12 @@ class Model(SteppedRedis):
           suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
 @given(steps=STEPS)
 def test_keepers_never_produce_a_tick_twice(
-    redis_server: EmbeddedServer, steps: list[tuple[str, int, int]]
+    redis_server: EmbeddedServer, steps: list[tuple[str, int, int, int]]
 ) -> None:
     model = Model(redis_server.url)
     try:
-        for operation, keeper, spec in steps:
-            model.apply(operation, keeper, spec)
+        for operation, keeper, spec, hours in steps:
+            model.apply(operation, keeper, spec, hours)
             record = model.run(read_record(model.client, KEYS, "beat"))
             assert record is not None
             assert record.spec == model.spec

@@ -10,12 +10,9 @@ wakes for it), and its id, derived from the tick by the schedule's event factory
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
 
 import anyio
 
@@ -27,16 +24,11 @@ from aioqueue._engine.writes import DueTime, EnqueueItem
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 
+from .misfire import Misfire, ticks_to_produce
 from .records import ScheduleRecord, declare, produce_tick, read_record
 from .spec import ScheduleSpec
 
 __all__ = ["Misfire", "ScheduleDeclaration", "ScheduleKeeper"]
-
-Misfire = Literal["skip", "once", "all"]
-
-# Missed ticks a keeper walks through at most when counting them for misfire="all" (a cron
-# expression has no arithmetic shortcut): beyond it, the oldest missed ticks are dropped.
-_MISSED_TICKS_SCAN_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,18 +109,28 @@ class ScheduleKeeper:
         if record.tick is not None and record.tick > record.now:
             return (record.tick - record.now) / 1000  # the latest tick is still to come
         spec = self._stored_spec(record)
-        for tick in self._ticks_to_produce(spec, record.tick, record.now):
+        declaration = self._declaration
+        plan = ticks_to_produce(
+            spec, record.tick, record.now, declaration.misfire, declaration.max_catch_up
+        )
+        for tick in plan.ticks:
             item = self._prepare(spec, tick)
             outcome, _ = await produce_tick(
-                self._client, self._keys, self._declaration.name, spec.key, record.tick, tick,
-                item,
-            )  # fmt: skip
+                self._client, self._keys, declaration.name, spec.key, record.tick, tick, item
+            )
             if outcome not in ("produced", "kept"):
                 return 0  # another service moved the schedule on, or it changed: read again
+            if plan.dropped_missed and tick == plan.ticks[0]:
+                # Said by the one keeper whose catch-up went through, once.
+                logger.warning(
+                    "schedule %r: more than max_catch_up=%d ticks were missed; producing the "
+                    "latest %d, from %s", declaration.name, declaration.max_catch_up,
+                    len(plan.ticks), spec.tick_time(tick).isoformat(),
+                )  # fmt: skip
             if outcome == "kept":
                 logger.warning(
                     "schedule %r: tick %s has the id %r of an event still pending, which is "
-                    "kept; derive the id from the tick", self._declaration.name,
+                    "kept; derive the id from the tick", declaration.name,
                     spec.tick_time(tick).isoformat(), item.id,
                 )  # fmt: skip
             record = _advanced(record, tick)
@@ -150,30 +152,6 @@ class ScheduleKeeper:
             return ScheduleSpec.from_key(record.spec)
         except ConfigurationError as exc:
             raise _TickNotMade(f"the stored spec is unusable: {exc}") from exc
-
-    def _ticks_to_produce(self, spec: ScheduleSpec, last: int | None, now: int) -> list[int]:
-        if last is None:
-            return [next(spec.ticks_after(now))]
-        upcoming = next(spec.ticks_after(last))
-        if upcoming > now:
-            return [upcoming]
-        # Ticks were missed while no service kept the schedule.
-        misfire = self._declaration.misfire
-        if misfire == "skip":
-            return [next(spec.ticks_after(now))]
-        if misfire == "once":
-            latest = spec.latest_at_or_before(now)
-            return [latest if latest is not None and latest > last else upcoming]
-        missed: deque[int] = deque(maxlen=self._declaration.max_catch_up)
-        ticks = itertools.islice(spec.ticks_after(last), _MISSED_TICKS_SCAN_LIMIT)
-        missed.extend(itertools.takewhile(lambda tick: tick <= now, ticks))
-        if upcoming < missed[0]:
-            logger.warning(
-                "schedule %r: more than max_catch_up=%d ticks were missed; producing the "
-                "latest %d", self._declaration.name, self._declaration.max_catch_up,
-                len(missed),
-            )  # fmt: skip
-        return list(missed)
 
     def _prepare(self, spec: ScheduleSpec, tick: int) -> EnqueueItem:
         declaration = self._declaration
