@@ -23,7 +23,17 @@ from hypothesis import strategies as st
 from aioqueue._engine.keys import QueueKeys
 from aioqueue._engine.writes import EnqueueItem
 from aioqueue._recurring.misfire import Misfire, ticks_to_produce
-from aioqueue._recurring.records import ScheduleRecord, declare, produce_tick, read_record
+from aioqueue._recurring.names import claim_name, read_entry, settle
+from aioqueue._recurring.records import (
+    ScheduleRecord,
+    declare,
+    declare_record,
+    fence,
+    list_schedules,
+    produce_tick,
+    read_record,
+    still_owned,
+)
 from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue.testing import EmbeddedServer
 from tests.support import SteppedRedis, server_time_ms
@@ -70,7 +80,7 @@ class Model(SteppedRedis):
         self.since_declared: list[int] = []
         self.spec = SPECS[0]
         self.declaration = 0
-        self.run(declare(self.client, KEYS, "prop", "Beat", "beat", self.spec))
+        self.run(declare(self.client, "prop", "Beat", "beat", self.spec))
 
     def apply(self, operation: str, keeper_index: int, spec_index: int, hours: int) -> None:
         keeper = self.keepers[keeper_index]
@@ -80,9 +90,7 @@ class Model(SteppedRedis):
         elif operation == "produce":
             self.produce(keeper)
         elif operation == "declare":
-            outcome, _ = self.run(
-                declare(self.client, KEYS, "prop", "Beat", "beat", SPECS[spec_index])
-            )
+            outcome, _ = self.run(declare(self.client, "prop", "Beat", "beat", SPECS[spec_index]))
             if SPECS[spec_index] != self.spec:
                 assert outcome == self.spec
                 self.spec = SPECS[spec_index]
@@ -134,7 +142,7 @@ class Model(SteppedRedis):
         for tick in ticks:
             item = EnqueueItem(f"beat-{tick}", "{}", "{}", tick, absolute=True)
             outcome, record = self.run(
-                produce_tick(self.client, KEYS, "beat", seen.spec, previous, tick, item)
+                produce_tick(self.client, KEYS, "beat", seen.spec, previous, tick, item, seen.token)
             )
             if current and previous is not None and previous > seen.now:
                 # The record's tick is still to come (ticks are hours ahead): one at a time.
@@ -188,5 +196,149 @@ def test_keepers_never_produce_a_tick_twice(
             assert record.spec == model.spec
             if model.since_declared:
                 assert record.tick == model.since_declared[-1]
+    finally:
+        model.close()
+
+
+# -- one name, two event types: moves and removals on Redis Cluster's terms ------------------
+#
+# A move or removal is a claim in the name directory, then fences and a declaration in the
+# types' own slots, then a settle (aioqueue/_recurring/names.py): on a cluster those are
+# separate script calls, and anything may happen between them. So each mover here takes one
+# step at a time, two movers overlap, either may stop for good at any step (a process that
+# died), and keepers of both types read, produce and check ownership in between. After every
+# step: at most one type holds a live record, schedules() lists exactly that one, no type
+# without a live record has a tick still to come, a tick is only produced by the live
+# record's keepers, and once every mover finished, with none dead half-way since the claim
+# of the last one to finish, the directory names the live type (or none, after a removal).
+
+TYPES = ("Beat", "Other")
+TYPE_KEYS = {event_type: QueueKeys.for_type("prop", event_type) for event_type in TYPES}
+NAME_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["move", "move", "move", "read", "produce", "check", "die"]),
+        st.integers(min_value=0, max_value=2),  # mover, or keeper
+        st.sampled_from([*TYPES, None]),  # a mover's target type (None: remove the name)
+    ),
+    min_size=10,
+    max_size=50,
+)
+
+
+@dataclass
+class Mover:
+    """One declaration (or removal) in progress: its claim's token and what is left to do."""
+
+    target: str | None
+    token: int
+    to_fence: list[str]
+    claimed_at: int
+    """The model's step count at the claim."""
+    declared: bool = False
+
+
+@dataclass
+class TypedKeeper:
+    event_type: str
+    seen: ScheduleRecord | None = None
+
+
+class NameModel(SteppedRedis):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.movers: list[Mover | None] = [None, None, None]
+        self.keepers = [TypedKeeper("Beat"), TypedKeeper("Other"), TypedKeeper("Beat")]
+        self.run(declare(self.client, "prop", "Beat", "beat", SPECS[0]))
+        self.steps = 0
+        self.last_death = -1
+        self.settled = True
+        """The last mover to finish claimed after every mover that died half-way."""
+
+    def apply(self, operation: str, index: int, target: str | None) -> None:
+        self.steps += 1
+        if operation == "move":
+            self.step_mover(index, target)
+        elif operation == "die":
+            if self.movers[index] is not None:
+                # Its process is gone, whatever it had left to do.
+                self.movers[index] = None
+                self.last_death = self.steps
+                self.settled = False
+        else:
+            self.keeper_step(operation, self.keepers[index])
+
+    def step_mover(self, index: int, target: str | None) -> None:
+        mover = self.movers[index]
+        if mover is None:
+            token, stale = self.run(claim_name(self.client, "prop", "beat", target))
+            self.movers[index] = Mover(target, token, stale, claimed_at=self.steps)
+        elif mover.to_fence:
+            stale_type = mover.to_fence.pop(0)
+            self.run(fence(self.client, TYPE_KEYS[stale_type], "beat", mover.token))
+        elif mover.target is not None and not mover.declared:
+            keys = TYPE_KEYS[mover.target]
+            self.run(declare_record(self.client, keys, "beat", SPECS[0], mover.token))
+            mover.declared = True
+        else:
+            self.run(settle(self.client, "prop", "beat", mover.token))
+            self.movers[index] = None
+            self.settled = mover.claimed_at > self.last_death
+
+    def keeper_step(self, operation: str, keeper: TypedKeeper) -> None:
+        keys = TYPE_KEYS[keeper.event_type]
+        if operation == "read" or keeper.seen is None:
+            keeper.seen = self.run(read_record(self.client, keys, "beat"))
+            return
+        seen = keeper.seen
+        if operation == "check":
+            self.run(still_owned(self.client, "prop", keeper.event_type, "beat", seen))
+            return
+        tick = next(ScheduleSpec.from_key(seen.spec).ticks_after(seen.tick or seen.now))
+        item = EnqueueItem(f"beat-{tick}", "{}", "{}", tick, absolute=True)
+        live_before = self.live_types()
+        outcome, _ = self.run(
+            produce_tick(self.client, keys, "beat", seen.spec, seen.tick, tick, item, seen.token)
+        )
+        if outcome in ("produced", "kept"):
+            assert live_before == [keeper.event_type], "a record that was not live fired"
+        keeper.seen = None
+
+    def live_types(self) -> list[str]:
+        live = []
+        for event_type in TYPES:
+            if self.run(read_record(self.client, TYPE_KEYS[event_type], "beat")) is not None:
+                live.append(event_type)
+        return live
+
+    def check(self) -> None:
+        live = self.live_types()
+        assert len(live) <= 1, f"the name is live under {live}"
+        listed = self.run(list_schedules(self.client, "prop"))
+        assert [(info.name, info.event_type) for info in listed] == [("beat", t) for t in live]
+        now = self.run(server_time_ms(self.client))
+        for event_type in set(TYPES) - set(live):
+            ahead = self.run(self.client.zcount(TYPE_KEYS[event_type].schedule, f"({now}", "+inf"))
+            assert ahead == 0, f"{event_type} left a tick to come without a live record"
+        if self.settled and all(mover is None for mover in self.movers):
+            entry = self.run(read_entry(self.client, "prop", "beat"))
+            assert entry is not None
+            if entry.event_type is not None and not entry.unsettled:
+                assert live == [entry.event_type], "a finished move left the name unheld"
+            elif entry.event_type is None and not entry.unsettled:
+                assert live == [], "a finished removal left the name live"
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=100, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@given(steps=NAME_STEPS)
+def test_a_name_is_live_under_one_type_whatever_moves_interleave(
+    redis_server: EmbeddedServer, steps: list[tuple[str, int, str | None]]
+) -> None:
+    model = NameModel(redis_server.url)
+    try:
+        for operation, index, target in steps:
+            model.apply(operation, index, target)
+            model.check()
     finally:
         model.close()

@@ -6,6 +6,10 @@ sleeps until then; once that tick's time has come it produces the next one, due 
 tick, through schedule_tick.lua, which writes the event only if the record still holds the
 tick the keeper read. The tick's delivery is then that of any delayed event (the dispatcher
 wakes for it), and its id, derived from the tick by the schedule's event factory, dedupes it.
+
+Before it produces, a keeper checks that the name directory still gives the name to its
+event type; if another type took it, or it was removed, and a move died before fencing this
+type's record, the keeper fences it itself and stops (see names.py).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 
 from .misfire import Misfire, ticks_to_produce
-from .records import ScheduleRecord, declare, produce_tick, read_record
+from .names import read_entry
+from .records import ScheduleRecord, declare, produce_tick, read_record, still_owned
 from .spec import ScheduleSpec
 
 __all__ = ["Misfire", "ScheduleDeclaration", "ScheduleKeeper"]
@@ -74,10 +79,17 @@ class ScheduleKeeper:
                     record = await read_record(self._client, self._keys, declaration.name)
                 if record is None:
                     logger.warning(
-                        "schedule %r was removed from Redis; this service stops keeping it",
-                        declaration.name,
-                    )
+                        "schedule %r %s; this service stops keeping it", declaration.name,
+                        await self._why_gone(),
+                    )  # fmt: skip
                     return
+                if _has_a_tick_to_produce(record):
+                    owned = await self._still_owned(record)
+                    if owned is None:
+                        declared = False  # the directory lost the name: claim it again
+                        continue
+                    if not owned:
+                        return
                 wait = await self._step(record)
                 errors.reset()
             except REDIS_ERRORS as exc:
@@ -90,23 +102,45 @@ class ScheduleKeeper:
             if wait > 0:
                 await anyio.sleep(wait)
 
-    async def _declare(self) -> ScheduleRecord:
+    async def _declare(self) -> ScheduleRecord | None:
+        """Declares the schedule; None when a later declaration of the name overtook it."""
         declaration = self._declaration
         outcome, record = await declare(
-            self._client, self._keys, self._prefix, declaration.event_type, declaration.name,
+            self._client, self._prefix, declaration.event_type, declaration.name,
             declaration.spec.key,
         )  # fmt: skip
-        if outcome not in ("created", "same"):
+        if outcome not in ("created", "same", "superseded"):
             logger.warning(
                 "schedule %r changed from %r to %r; the pending tick of the old spec is "
                 "cancelled", declaration.name, outcome, declaration.spec.key,
             )  # fmt: skip
         return record
 
+    async def _still_owned(self, record: ScheduleRecord) -> bool | None:
+        """See records.still_owned; says why when the name is no longer this type's."""
+        declaration = self._declaration
+        owned, entry = await still_owned(
+            self._client, self._prefix, declaration.event_type, declaration.name, record
+        )
+        if owned is False:
+            assert entry is not None
+            logger.warning(
+                "schedule %r %s; this service stops keeping it", declaration.name,
+                _whereabouts(entry.event_type),
+            )  # fmt: skip
+        return owned
+
+    async def _why_gone(self) -> str:
+        """Why this type's record of the name is gone, as the directory tells."""
+        entry = await read_entry(self._client, self._prefix, self._declaration.name)
+        event_type = None if entry is None else entry.event_type
+        return _whereabouts(None if event_type == self._declaration.event_type else event_type)
+
     async def _step(self, record: ScheduleRecord) -> float:
         """Produces what is due to be produced; returns how long to sleep before the next
         look (0: look again at once)."""
-        if record.tick is not None and record.tick > record.now:
+        if not _has_a_tick_to_produce(record):
+            assert record.tick is not None
             return (record.tick - record.now) / 1000  # the latest tick is still to come
         spec = self._stored_spec(record)
         declaration = self._declaration
@@ -116,8 +150,9 @@ class ScheduleKeeper:
         for tick in plan.ticks:
             item = self._prepare(spec, tick)
             outcome, _ = await produce_tick(
-                self._client, self._keys, declaration.name, spec.key, record.tick, tick, item
-            )
+                self._client, self._keys, declaration.name, spec.key, record.tick, tick, item,
+                record.token,
+            )  # fmt: skip
             if outcome not in ("produced", "kept"):
                 return 0  # another service moved the schedule on, or it changed: read again
             if plan.dropped_missed and tick == plan.ticks[0]:
@@ -171,11 +206,22 @@ class ScheduleKeeper:
             raise _TickNotMade(f"the tick's event cannot be enqueued: {exc}") from exc
 
 
+def _has_a_tick_to_produce(record: ScheduleRecord) -> bool:
+    """No tick produced yet, or the latest one's time has come."""
+    return record.tick is None or record.tick <= record.now
+
+
+def _whereabouts(event_type: str | None) -> str:
+    if event_type is None:
+        return "was removed from Redis"
+    return f"was declared under event type {event_type} by another service"
+
+
 def _advanced(record: ScheduleRecord, tick: int) -> ScheduleRecord:
     """The record as this keeper just wrote it, for its next produce in the same step."""
     return ScheduleRecord(
         spec=record.spec, tick=tick, previous_tick=record.tick, tick_id=None,
-        produced_at=record.now, now=record.now,
+        produced_at=record.now, now=record.now, token=record.token,
     )  # fmt: skip
 
 
