@@ -283,7 +283,7 @@ def reschedule_steps(
     keys = layout.keys_for(event_id)
     reply = yield from RESCHEDULE.steps(
         client,
-        [keys.schedule, keys.events, keys.wake],
+        [keys.schedule, keys.events, keys.wake, keys.counts],
         [event_id, "at" if due.absolute else "delay", due.milliseconds],
     )
     result = text(reply)
