@@ -302,9 +302,7 @@ async def test_a_key_the_user_may_not_touch_fails_that_call_and_nothing_else(
     await flush_lua(redis_client)
     loaded = await run_cli("functions", "load", "--json", env={"AIOQUEUE_URL": redis_url})
     assert loaded.returncode == 0, loaded.stderr
-    rule = [
-        arg for arg in (await acl_rule_for(redis_client))[1:] if arg != "~aioqueue:schedules"
-    ]
+    rule = [arg for arg in (await acl_rule_for(redis_client))[1:] if arg != "~aioqueue:schedules"]
     await raw_command(redis_client, "ACL", "SETUSER", "aioqueue", "resetkeys", *rule)
     recorder = Recorder()
     async with fast_builder().url(acl_user).build() as service:
