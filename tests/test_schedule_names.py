@@ -105,7 +105,10 @@ async def test_a_move_that_died_half_way_is_finished_by_the_old_types_keeper(
     async with consumer(service_builder, a, b, ticks) as handlers:
         handlers.add_schedule("clock", every=0.5, event=clock)
         service_a = service_builder().enable_scheduling(False).build()
-        service_a.add_schedule("rep", every=0.5, event=report_a)
+        # Every 2 s: the keeper's next look at the directory comes about 2 s after a tick is
+        # handled, so the half-way listing below is read before the keeper fences its record
+        # even on a loaded machine (at 0.5 s the keeper sometimes got there first).
+        service_a.add_schedule("rep", every=2, event=report_a)
         async with service_a:
             await a.wait_for(1)
             token, stale = await claim_name(redis_client, "aioqueue", "rep", "ReportB")
