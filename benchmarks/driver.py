@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import pathlib
@@ -117,6 +118,7 @@ def plan(
     with_enqueue_many: bool,
     with_durability: bool,
     with_sync_producer: bool = False,
+    with_uvloop: bool = False,
 ) -> dict[str, list[Row]]:
     """The rows each scenario runs, in table order."""
     ours = sys.executable
@@ -174,9 +176,15 @@ def plan(
         Row("aioqueue, 3-master cluster, partitions(Tick, 8)", "aioqueue", "cluster.py", ours,
             "cluster-partitioned"),
     ]  # fmt: skip
+    # The same runs on uvloop, where the benchmark's environment has it (run.sh installs it).
+    on_uvloop = Row(
+        "aioqueue on uvloop", "aioqueue", "system_aioqueue.py", ours, "uvloop"
+    ) if with_uvloop else None  # fmt: skip
+    uvloop_rows = [on_uvloop] if on_uvloop is not None else []
     return {
         "enqueue": [
             aioqueue,
+            *uvloop_rows,
             *([many] if with_enqueue_many else []),
             *durable,
             *(sync_rows if with_sync_producer else []),
@@ -186,6 +194,7 @@ def plan(
         ],
         "drain": [
             aioqueue,
+            *uvloop_rows,
             sync_handler,
             rate_limited,
             serial_keys,
@@ -194,7 +203,7 @@ def plan(
             saq,
             *peers,
         ],
-        "lateness": [aioqueue, arq, arq_spinning, saq, *peers],
+        "lateness": [aioqueue, *uvloop_rows, arq, arq_spinning, saq, *peers],
         "memory": [aioqueue, arq, saq, *peers],
         "ceiling": [
             Row("redis-py (aioqueue's venv)", "redis-py", "ceiling.py", ours),
@@ -329,12 +338,14 @@ def main() -> int:
     with_enqueue_many = hasattr(EventService, "enqueue_many")
     with_durability = hasattr(EventServiceBuilder, "durability")
     with_sync_producer = hasattr(aioqueue, "SyncProducer")
+    with_uvloop = importlib.util.find_spec("uvloop") is not None
     rows = plan(
         args.peers_python,
         args.bullmq_python,
         with_enqueue_many=with_enqueue_many,
         with_durability=with_durability,
         with_sync_producer=with_sync_producer,
+        with_uvloop=with_uvloop,
     )
     rows = {scenario: rows[scenario] for scenario in SCENARIOS if scenario in chosen}
     runs: list[JsonDict] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import statistics
 import sys
 import time
@@ -16,6 +17,7 @@ import redis.asyncio
 from common import (
     CONCURRENCY,
     IN_FLIGHT,
+    UVLOOP,
     JsonDict,
     Producer,
     Recorder,
@@ -183,6 +185,7 @@ class AioqueueSystem:
             # The baseline of the durable rows needs nothing new, so it can be run by hand.
             REPLICA_ATTACHED,
             *([DURABLE, DURABLE_MANY] if has_durability() else []),
+            *([UVLOOP] if importlib.util.find_spec("uvloop") is not None else []),
         ]
 
     def producer(
