@@ -31,10 +31,6 @@ PUBLIC_MODULES = (
 # Public names whose docstrings are still to be written (mkdocstrings leaves out what has
 # none). Each is listed until it has one; the test fails once an entry is no longer needed.
 PENDING_DOCSTRINGS = {
-    "aioqueue.EventInfo.to_json",
-    "aioqueue.PendingEvent.to_json",
-    "aioqueue.PendingPage.to_json",
-    "aioqueue.ScheduleInfo.to_json",
     "aioqueue.spark.ScheduleResult.rows",
 }
 README_MAX_LINES = 250

@@ -76,6 +76,8 @@ class PendingEvent:
     payload_bytes: int
 
     def to_json(self) -> dict[str, Any]:
+        """The event as the CLI's `--json` and `GET /events/{type}` show it: times as ISO
+        8601 text, `lease_ends_at` None while no attempt is under way."""
         return {
             "id": self.id,
             "state": self.state,
@@ -97,6 +99,8 @@ class PendingPage:
     next_cursor: str | None
 
     def to_json(self) -> dict[str, Any]:
+        """The page as `GET /events/{type}` answers it: its events and the cursor of the next
+        page (None on the last page of a walk)."""
         return {
             "events": [event.to_json() for event in self.events],
             "next_cursor": self.next_cursor,
@@ -123,6 +127,9 @@ class EventInfo:
     """Attempts still allowed; only the library knows its retry_attempts setting."""
 
     def to_json(self) -> dict[str, Any]:
+        """The event as `aioqueue events show --json` and `GET /events/{type}/{id}` show it:
+        times as ISO 8601 text, None where the event has no such time."""
+
         def when(moment: datetime | None) -> str | None:
             return moment.isoformat() if moment else None
 

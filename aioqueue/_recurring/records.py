@@ -101,6 +101,9 @@ class ScheduleInfo:
     after it for a tick produced late (services were down: see `misfire`)."""
 
     def to_json(self) -> dict[str, Any]:
+        """The schedule as `aioqueue schedules --json` and `GET /schedules` show it: times as
+        ISO 8601 text, None for a tick not produced yet."""
+
         def when(moment: datetime | None) -> str | None:
             return moment.isoformat() if moment else None
 
