@@ -8,10 +8,11 @@ async with service:
 
 from ._engine.browse import EventInfo, PendingEvent, PendingPage
 from ._engine.envelope import DeadLetter
-from ._model.config import ServiceConfig
+from ._model.config import Durability, ServiceConfig
 from ._model.errors import (
     AioqueueError,
     ConfigurationError,
+    DurabilityError,
     EventDefinitionError,
     HandlerRegistrationError,
     InvalidCursorError,
@@ -37,6 +38,8 @@ __all__ = [
     "AioqueueError",
     "ConfigurationError",
     "DeadLetter",
+    "Durability",
+    "DurabilityError",
     "Event",
     "EventDefinitionError",
     "EventInfo",
