@@ -89,24 +89,37 @@ class LuaScript:
         (see durability.py); raises DurabilityError when a confirmation falls short."""
         confirm = durable.confirm(client) if durable is not None else None
         reply = yield Pipeline([self.call(client, keys, args) for keys, args in calls], confirm)
-        if durable is not None:
-            durable.check(client, reply.confirmations)
-            replies = reply.replies
-        else:
-            replies = reply
+        replies = reply.replies if durable is not None else reply
         results = []
         ran_alone = []
-        for (keys, args), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, ResponseError):
-                reply = yield from self.steps(client, keys, args)
+        for (keys, args), call_reply in zip(calls, replies, strict=True):
+            if isinstance(call_reply, ResponseError):
+                # Run again first, even when the confirmation fell short: through redis-py's
+                # routing, a MOVED teaches the client where the slot went, without which a
+                # retry would go back to the same node.
+                call_reply = yield from self.steps(client, keys, args)
                 ran_alone.append((keys, args))
-            elif isinstance(reply, BaseException):
-                raise reply
-            results.append(reply)
-        if durable is not None and ran_alone:
-            yield from self._confirm_alone(
-                client, [durable.touch(call) for call in ran_alone], durable
+            elif isinstance(call_reply, BaseException):
+                raise call_reply
+            results.append(call_reply)
+        if durable is not None:
+            # A connection whose every call was refused wrote nothing in the pipeline (its
+            # node may be a replica now, which refuses WAIT): those calls are confirmed
+            # where they ran again.
+            durable.check(
+                client,
+                [
+                    confirmation.replies
+                    for confirmation in reply.confirmations
+                    if any(
+                        not isinstance(replies[position], BaseException)
+                        for position in confirmation.positions
+                    )
+                ],
             )
+            if ran_alone:
+                touches = [durable.touch(call) for call in ran_alone]
+                yield from self._confirm_alone(client, touches, durable)
         return results
 
     def _confirm_alone(
@@ -123,7 +136,7 @@ class LuaScript:
         for touched in reply.replies:
             if isinstance(touched, BaseException):
                 raise durable.refused(touched)
-        durable.check(client, reply.confirmations)
+        durable.check(client, [confirmation.replies for confirmation in reply.confirmations])
 
     def call(
         self, client: object, keys: Sequence[str], args: Sequence[str | int | bytes]

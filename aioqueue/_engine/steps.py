@@ -32,6 +32,7 @@ from .client import RedisClient, SyncRedisClient, ensure_slot_map, within_reply_
 __all__ = [
     "Command",
     "Confirm",
+    "Confirmation",
     "ConfirmedReplies",
     "Pipeline",
     "Steps",
@@ -58,12 +59,21 @@ class Confirm:
 
 
 @dataclass(frozen=True, slots=True)
+class Confirmation:
+    """What one connection of a pipeline confirmed: the positions of the calls it sent, and
+    the replies to the Confirm's commands (errors in place)."""
+
+    positions: Sequence[int]
+    replies: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
 class ConfirmedReplies:
-    """The reply to a Pipeline with a Confirm: the calls' replies in order, then one list
-    per connection used with the replies to the Confirm's commands (errors in place)."""
+    """The reply to a Pipeline with a Confirm: the calls' replies in order, and what each
+    connection used confirmed."""
 
     replies: list[Any]
-    confirmations: list[list[Any]]
+    confirmations: list[Confirmation]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +167,7 @@ async def _cluster_pipeline(client: RedisCluster, step: Pipeline) -> Any:
             replies[position] = ResponseError(f"no node serves the keys of {command[:4]!r}")
             continue
         by_node.setdefault(node, []).append(PipelineCommand(position, *command))
-    confirmations: list[list[Any]] = []
+    confirmations: list[Confirmation] = []
 
     async def send(node: ClusterNode, node_commands: list[PipelineCommand]) -> None:
         # Each reply (or error) lands on its command; a connection error fails them all.
@@ -169,7 +179,8 @@ async def _cluster_pipeline(client: RedisCluster, step: Pipeline) -> Any:
         for node_command in node_commands:
             replies[node_command.position] = node_command.result
         if confirming:
-            confirmations.append([command.result for command in confirming])
+            positions = [node_command.position for node_command in node_commands]
+            confirmations.append(Confirmation(positions, [c.result for c in confirming]))
 
     # gather rather than a task group: a node that fails raises its own error (a
     # ConnectionError the caller handles), not an exception group around it.
@@ -195,7 +206,7 @@ def _split(step: Pipeline, replies: list[Any]) -> Any:
     if step.confirm is None:
         return replies
     calls = len(step.commands)
-    return ConfirmedReplies(replies[:calls], [replies[calls:]])
+    return ConfirmedReplies(replies[:calls], [Confirmation(range(calls), replies[calls:])])
 
 
 def _routing_key(command: Command) -> str:
@@ -230,7 +241,7 @@ def _cluster_pipeline_sync(client: SyncRedisCluster, step: Pipeline) -> Any:
             continue
         nodes[node.name] = node
         by_node.setdefault(node.name, []).append(position)
-    confirmations: list[list[Any]] = []
+    confirmations: list[Confirmation] = []
     for name, positions in by_node.items():
         # The node's own client: its pipeline takes scripts, and errors stay per command.
         # Its confirmation follows its calls on the same connection.
@@ -244,5 +255,5 @@ def _cluster_pipeline_sync(client: SyncRedisCluster, step: Pipeline) -> Any:
         for position, reply in zip(positions, node_replies, strict=False):
             replies[position] = reply
         if confirm:
-            confirmations.append(node_replies[len(positions) :])
+            confirmations.append(Confirmation(positions, node_replies[len(positions) :]))
     return ConfirmedReplies(replies, confirmations) if step.confirm else replies
