@@ -212,6 +212,7 @@ MATRIX_MODULES = frozenset(
         "test_dead_letters",  # retries and dead letters
         "test_delivery",
         "test_durability",  # WAIT everywhere, WAITAOF from 7.2, EVALSHA on 6.2
+        "test_durability_failover",  # its Sentinel runs
         "test_pause",  # flow control: pause, rate limits, serial keys
         "test_rate_limit",
         "test_schedules",  # recurring events
