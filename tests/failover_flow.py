@@ -29,6 +29,8 @@ class Flow:
     """The producers' and the worker's record of one run."""
 
     due_in: float
+    due_at_once: int = 0
+    """The first this many events are due at once (the worker is busy from the start)."""
     producers: int = 4
     acknowledged: dict[str, float] = field(default_factory=dict)
     """Event id -> when its enqueue returned (monotonic)."""
@@ -58,7 +60,7 @@ class Flow:
                 while True:
                     try:
                         # False: an earlier try was stored after all; acknowledged either way.
-                        await producer.enqueue(event, self.due_in)
+                        await producer.enqueue(event, 0 if n < self.due_at_once else self.due_in)
                         break
                     except DurabilityError:
                         self.refused += 1
@@ -72,6 +74,9 @@ class Flow:
     def _note_change(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
+
+    def delivered(self) -> int:
+        return len(self.handler.deliveries)
 
     def acknowledged_since(self, moment: float) -> int:
         return sum(1 for at in self.acknowledged.values() if at > moment)
