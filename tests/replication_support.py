@@ -18,7 +18,7 @@ import os
 import pathlib
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import redis
@@ -31,14 +31,16 @@ PROBE_KEY = "replication-probe"
 
 @contextmanager
 def replicated_pair(
-    binary: pathlib.Path | None = None,
+    binary: pathlib.Path | None = None, extra_args: Sequence[str] = ()
 ) -> Iterator[tuple[EmbeddedServer, EmbeddedServer]]:
     """A primary and its replica, the replica in sync when this yields; both stopped after
     (a frozen replica resumed first, so it stops at once)."""
-    # The replica's first sync would otherwise wait 5 s for more replicas to join it.
-    primary = EmbeddedServer(binary=binary, extra_args=["--repl-diskless-sync-delay", "0"])
-    replica = EmbeddedServer(binary=binary)
-    replica.extra_args = ("--replicaof", primary.host, str(primary.port))
+    # A first sync would otherwise wait 5 s for more replicas to join it (either may become
+    # the primary in a test).
+    args = ["--repl-diskless-sync-delay", "0", *extra_args]
+    primary = EmbeddedServer(binary=binary, extra_args=args)
+    replica = EmbeddedServer(binary=binary, extra_args=args)
+    replica.extra_args = (*args, "--replicaof", primary.host, str(primary.port))
     try:
         primary.start()
         replica.start()
