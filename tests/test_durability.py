@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import pathlib
 import pickle
+import re
 from collections.abc import AsyncIterator, Iterator
 
 import anyio
@@ -30,6 +31,14 @@ from aioqueue.testing import EmbeddedServer
 from tests.ops_support import api_client, run_cli, serve
 from tests.replication_support import command_calls, freeze, replicated_pair, resume
 from tests.support import PaymentCheck
+from tests.test_access import (
+    PASSWORD,
+    RULES_PAGE,
+    acl_rule_for,
+    denials,
+    raw_command,
+    server_version,
+)
 
 KEYS = QueueKeys.for_type("aioqueue", "PaymentCheck")
 # Short, so that refused writes fail fast; the server rounds blocking timeouts up to its
@@ -279,3 +288,42 @@ def test_a_durability_error_keeps_its_counts_through_pickling() -> None:
     assert (type(copy), str(copy), copy.replicas, copy.confirmed) == (
         DurabilityError, "not confirmed", 2, 1
     )  # fmt: skip
+
+
+def documented_durability_additions() -> dict[str, list[str]]:
+    """What the ACL page adds to a rule for durability, by version range."""
+    found = re.findall(
+        r"^# with durability: (.+)\n(\+.+)$", RULES_PAGE.read_text(), flags=re.MULTILINE
+    )
+    return {label: addition.split() for label, addition in found}
+
+
+async def test_the_documented_acl_rule_with_its_durability_addition_confirms_writes(
+    pair: tuple[EmbeddedServer, EmbeddedServer],
+) -> None:
+    """The version's documented rule plus the documented addition runs durable enqueues with
+    no denial; without `+wait`, they fail and the error names what the rule lacks."""
+    primary, _ = pair
+    additions = documented_durability_additions()
+    assert list(additions) == ["Redis 7.2 and later, every Valkey", "Redis 7.0 and 6.2"]
+    async with redis.asyncio.Redis.from_url(primary.url) as admin:
+        loaded = await run_cli("functions", "load", env={"AIOQUEUE_URL": primary.url})
+        assert loaded.returncode == 0, loaded.stderr
+        newest = await server_version(admin) >= (7, 2)
+        addition = additions["Redis 7.2 and later, every Valkey" if newest else "Redis 7.0 and 6.2"]
+        rule = [f">{PASSWORD}" if arg.startswith(">") else arg for arg in await acl_rule_for(admin)]
+        await raw_command(admin, "ACL", "SETUSER", *rule, *addition)
+        await admin.acl_log_reset()
+        user_url = f"redis://aioqueue:{PASSWORD}@{primary.host}:{primary.port}"
+        producer = (
+            EventService.builder().url(user_url).enable_scheduling(False).durability(1, TIMEOUT)
+        )
+        async with producer.build() as service:
+            assert await service.enqueue(PaymentCheck(id="allowed", order_id=1), HOUR)
+            assert await service.enqueue_many(events(0, 3), HOUR) == [True] * 3
+        assert await denials(admin) == []
+
+        await raw_command(admin, "ACL", "SETUSER", "aioqueue", "-wait")
+        async with producer.build() as service:
+            with pytest.raises(DurabilityError, match=r"needs \+wait"):
+                await service.enqueue(PaymentCheck(id="denied", order_id=2), HOUR)

@@ -14,9 +14,11 @@ Three consequences shape this module:
 1. The confirmation must follow the write on the same connection, in the same round trip:
    `steps.Confirm` makes a Pipeline end with WAIT (and WAITAOF) on every connection it uses,
    one per node on a cluster.
-2. A connection that wrote nothing has nothing to confirm: its WAIT returns at once, whatever
-   the replicas lack. An enqueue that keeps an already pending event writes nothing, yet its
-   caller (retrying after a DurabilityError, say) must learn whether that event is safe.
+2. A connection that wrote nothing has nothing to confirm: on Redis 7.2+ and Valkey its WAIT
+   returns at once, whatever the replicas lack (Redis 6.2 and 7.0 count everything the primary
+   wrote before the connection's last command, which is stricter). An enqueue that keeps an
+   already pending event writes nothing, yet its caller (retrying after a DurabilityError,
+   say) must learn whether that event is safe.
    So a durable enqueue call is marked (see writes.CONFIRMED_MODE): the script then writes a
    no-op when it wrote nothing else, which moves the connection's offset past everything the
    primary executed before, the kept event's own write included (the replication stream is
@@ -25,6 +27,8 @@ Three consequences shape this module:
    that moved) is run again on its own, through redis-py's routing and the script's
    fallbacks, on whatever connection that takes; it is then confirmed by one more pipeline of
    marked calls that write nothing on the same keys (`touch`), followed by the confirmation.
+   A connection whose calls were all refused wrote nothing, so its own confirmation does not
+   count (after a cluster failover its node may be a replica, which refuses WAIT).
 
 WAITAOF is sent only for the primary's own AOF (numlocal 1, numreplicas 0): replicas without
 AOF never report an fsynced offset, so counting replicas' AOF would time out on the most
@@ -41,7 +45,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from aioqueue._model.config import Durability
 from aioqueue._model.errors import DurabilityError
@@ -144,6 +148,6 @@ def _cannot_waitaof(error: BaseException) -> bool:
 
 
 def _hint(error: BaseException) -> str:
-    if "noperm" in str(error).lower():
+    if isinstance(error, NoPermissionError):
         return " (durability needs +wait, and +waitaof on Redis 7.2+ and Valkey, in the ACL rule)"
     return ""
