@@ -4,11 +4,13 @@ service = EventService.builder().url("redis://localhost:6379").build()
 async with service:
     service.add_handler(PaymentCheck, check_payment, parallelism=4)
     await service.enqueue(PaymentCheck(id="p-1", order_id=42), timedelta(hours=3))
+
+From blocking code (Django, Flask, scripts): SyncProducer(url).enqueue(event, delay).
 """
 
 from ._engine.browse import EventInfo, PendingEvent, PendingPage
 from ._engine.envelope import DeadLetter
-from ._model.config import Durability, ServiceConfig
+from ._model.config import Durability, ProducerConfig, ServiceConfig
 from ._model.errors import (
     AioqueueError,
     ConfigurationError,
@@ -33,6 +35,7 @@ from ._model.serializer import JsonSerializer, Serializer
 from ._recurring.records import ScheduleInfo
 from ._service.builder import EventServiceBuilder
 from ._service.service import EventService, ServiceState
+from ._sync.producer import SyncProducer
 
 __all__ = [
     "AioqueueError",
@@ -63,6 +66,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PendingEvent",
     "PendingPage",
+    "ProducerConfig",
     "RetryPolicy",
     "ScheduleInfo",
     "SerializationError",
@@ -71,6 +75,7 @@ __all__ = [
     "ServiceFailedError",
     "ServiceState",
     "ServiceStateError",
+    "SyncProducer",
     "event_context",
     "event_type_name",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import pathlib
@@ -36,6 +37,7 @@ from report import (
     summarize,
 )
 
+import aioqueue
 from aioqueue import EventService, EventServiceBuilder
 from aioqueue.testing import EmbeddedServer
 
@@ -120,7 +122,13 @@ SCENARIOS = (
 
 
 def plan(
-    peers_python: str, bullmq_python: str, *, with_enqueue_many: bool, with_durability: bool
+    peers_python: str,
+    bullmq_python: str,
+    *,
+    with_enqueue_many: bool,
+    with_durability: bool,
+    with_sync_producer: bool = False,
+    with_uvloop: bool = False,
 ) -> dict[str, list[Row]]:
     """The rows each scenario runs, in table order."""
     ours = sys.executable
@@ -143,6 +151,17 @@ def plan(
         "aioqueue, serial key (1,000 keys)", "aioqueue", "system_aioqueue.py", ours,
         "serial_keys",
     )  # fmt: skip
+    sync_rows = [
+        Row("aioqueue SyncProducer (32 threads)", "aioqueue", "system_aioqueue.py", ours, "sync"),
+        Row(
+            "aioqueue SyncProducer enqueue_many (100/call, 32 threads)", "aioqueue",
+            "system_aioqueue.py", ours, "sync_enqueue_many",
+        ),
+        Row(
+            "aioqueue SyncProducer (1 thread)", "aioqueue", "system_aioqueue.py", ours,
+            "sync_one_thread",
+        ),
+    ]  # fmt: skip
     arq = Row("arq", "arq", "system_arq.py", peers_python)
     arq_spinning = Row("arq poll_delay=0", "arq", "system_arq.py", peers_python, "poll_delay=0")
     saq = Row("saq", "saq", "system_saq.py", peers_python)
@@ -170,16 +189,24 @@ def plan(
         Row("aioqueue, 3-master cluster, partitions(Tick, 8)", "aioqueue", "cluster.py", ours,
             "cluster-partitioned"),
     ]  # fmt: skip
+    # The same runs on uvloop, where the benchmark's environment has it (run.sh installs it).
+    on_uvloop = Row(
+        "aioqueue on uvloop", "aioqueue", "system_aioqueue.py", ours, "uvloop"
+    ) if with_uvloop else None  # fmt: skip
+    uvloop_rows = [on_uvloop] if on_uvloop is not None else []
     return {
         "enqueue": [
             aioqueue,
+            *uvloop_rows,
             *([many] if with_enqueue_many else []),
+            *(sync_rows if with_sync_producer else []),
             arq,
             saq,
             *peers,
         ],
         "drain": [
             aioqueue,
+            *uvloop_rows,
             sync_handler,
             rate_limited,
             serial_keys,
@@ -188,7 +215,7 @@ def plan(
             saq,
             *peers,
         ],
-        "lateness": [aioqueue, arq, arq_spinning, saq, *peers],
+        "lateness": [aioqueue, *uvloop_rows, arq, arq_spinning, saq, *peers],
         "memory": [aioqueue, arq, saq, *peers],
         "ceiling": [
             Row("redis-py (aioqueue's venv)", "redis-py", "ceiling.py", ours),
@@ -324,11 +351,15 @@ def main() -> int:
 
     with_enqueue_many = hasattr(EventService, "enqueue_many")
     with_durability = hasattr(EventServiceBuilder, "durability")
+    with_sync_producer = hasattr(aioqueue, "SyncProducer")
+    with_uvloop = importlib.util.find_spec("uvloop") is not None
     rows = plan(
         args.peers_python,
         args.bullmq_python,
         with_enqueue_many=with_enqueue_many,
         with_durability=with_durability,
+        with_sync_producer=with_sync_producer,
+        with_uvloop=with_uvloop,
     )
     rows = {scenario: rows[scenario] for scenario in SCENARIOS if scenario in chosen}
     runs: list[JsonDict] = []

@@ -51,7 +51,7 @@ ensure_node_packages() {
     printf '%s' "$wanted" > "$package/node_modules/.installed"
 }
 
-ensure_venv "$here/.venv-aioqueue" -e "$repo[demo]" matplotlib psutil py-spy pydantic
+ensure_venv "$here/.venv-aioqueue" -e "$repo[demo,uvloop]" matplotlib psutil py-spy pydantic
 # saq 0.26 imports typing_extensions without declaring it.
 ensure_venv "$here/.venv-peers" arq 'saq[redis]' typing_extensions streaq
 # hiredis, as in the other venvs (arq and aioqueue depend on redis[hiredis]; bullmq does not).

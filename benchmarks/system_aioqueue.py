@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import statistics
 import sys
 import time
@@ -11,9 +12,12 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass
 from datetime import timedelta
 
+import anyio
 import redis.asyncio
 from common import (
     CONCURRENCY,
+    IN_FLIGHT,
+    UVLOOP,
     JsonDict,
     Producer,
     Recorder,
@@ -44,6 +48,15 @@ from aioqueue._engine.store import QueueStore
 from aioqueue.testing import EmbeddedServer
 
 ENQUEUE_MANY = "enqueue_many"
+# The enqueue scenario through aioqueue.SyncProducer from threads, as a threaded WSGI server
+# or a script calls it: one enqueue per call, or enqueue_many; and one thread at a time.
+SYNC = "sync"
+SYNC_ENQUEUE_MANY = "sync_enqueue_many"
+SYNC_ONE_THREAD = "sync_one_thread"
+SYNC_VARIANTS = (SYNC, SYNC_ENQUEUE_MANY, SYNC_ONE_THREAD)
+# Events each sync lane enqueues per hop to its thread, one enqueue call each, so that the hop
+# (a few tens of microseconds) weighs little beside the calls measured.
+SYNC_EVENTS_PER_HOP = 100
 # The drain with a plain `def` handler, which the service runs in worker threads.
 SYNC_HANDLER = "sync_handler"
 # The drain of a rate-limited type, the limit far above the drain rate: what enforcing it
@@ -120,6 +133,29 @@ class AioqueueProducer:
                 await self._service.enqueue(event, delay, context=context)
 
 
+class SyncAioqueueProducer:
+    """The scenario's lanes (IN_FLIGHT at once) each run their batch on a thread of their own,
+    where the batch's events go through one shared SyncProducer; with `one_thread` the
+    batches take turns, as in a single-threaded script."""
+
+    def __init__(self, producer: aioqueue.SyncProducer, *, many: bool, one_thread: bool) -> None:
+        self._producer = producer
+        self._many = many
+        self.batch_size = MANY_BATCH if many else SYNC_EVENTS_PER_HOP
+        self._limiter = anyio.CapacityLimiter(1 if one_thread else IN_FLIGHT)
+
+    async def enqueue(self, indices: range, delay: float) -> None:
+        events = [bench_event(index, keyed=False) for index in indices]
+        await anyio.to_thread.run_sync(self._write, events, delay, limiter=self._limiter)
+
+    def _write(self, events: list[BenchEvent], delay: float) -> None:
+        if self._many:
+            self._producer.enqueue_many(events, delay)
+        else:
+            for event in events:
+                self._producer.enqueue(event, delay)
+
+
 class RecorderMetrics(NoMetrics):
     """The Metrics protocol, passing each successful delivery's lateness to the recorder."""
 
@@ -143,6 +179,7 @@ class AioqueueSystem:
     def variants(self) -> Sequence[str]:
         return [
             *([ENQUEUE_MANY] if hasattr(EventService, ENQUEUE_MANY) else []),
+            *(SYNC_VARIANTS if hasattr(aioqueue, "SyncProducer") else []),
             *([SYNC_HANDLER] if hasattr(EventServiceBuilder, "handler_threads") else []),
             *([RATE_LIMITED] if hasattr(EventServiceBuilder, "rate_limit") else []),
             SERIAL_KEYS,
@@ -150,6 +187,7 @@ class AioqueueSystem:
             REPLICA_ATTACHED,
             REPLICA_ATTACHED_MANY,
             *([DURABLE, DURABLE_MANY] if has_durability() else []),
+            *([UVLOOP] if importlib.util.find_spec("uvloop") is not None else []),
         ]
 
     def producer(
@@ -161,6 +199,15 @@ class AioqueueSystem:
     async def _producer(
         self, url: str, variant: str, tag_due_times: bool
     ) -> AsyncIterator[Producer]:
+        if variant in SYNC_VARIANTS:
+            # Looked up at run time: SyncProducer is newer than this harness may be.
+            with aioqueue.SyncProducer(url) as sync_producer:
+                yield SyncAioqueueProducer(
+                    sync_producer,
+                    many=variant == SYNC_ENQUEUE_MANY,
+                    one_thread=variant == SYNC_ONE_THREAD,
+                )
+            return
         async with AsyncExitStack() as stack:
             if variant in REPLICATED:
                 url = await stack.enter_async_context(replicated_server())

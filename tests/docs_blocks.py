@@ -6,7 +6,9 @@ string gives the language and optional attributes, as MkDocs Material reads them
 with `test_` is run by pytest, beside the other named files of its page (`conftest.py`,
 `pyproject.toml`), which are not run on their own. A fence whose title is "Output", right
 after a Python block, is what that block prints. A block whose only line is
-`--8<-- "path"` shows a file of the repository (pymdownx.snippets) and is that file.
+`--8<-- "path"` shows a file of the repository (pymdownx.snippets) and is that file. A block
+titled with the path of a file of examples/ (`title="examples/flask_app.py"`) is an excerpt:
+word for word in that file, which the suite runs.
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ class Block:
         return ROOT / match[1] if match else None
 
     @property
+    def excerpt_of(self) -> Path | None:
+        """The file of examples/ an excerpt block is taken from, if it is one."""
+        title = self.title
+        return ROOT / title if title is not None and title.startswith("examples/") else None
+
+    @property
     def prefixes(self) -> set[str]:
         return {a or b for a, b in PREFIX.findall(self.code)}
 
@@ -71,6 +79,7 @@ class PythonExample:
         """A file a test of its page needs (conftest.py), not a program of its own."""
         return (
             self.block.title is not None
+            and self.block.excerpt_of is None
             and not self.is_pytest_file
             and (not self.file_name.endswith(".py") or self.file_name == "conftest.py")
         )

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import orjson
 
-from aioqueue._engine.browse import inspect_event, pending_page, reschedule
+from aioqueue._engine.browse import inspect_event, reschedule
 from aioqueue._engine.envelope import Envelope
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.pausing import pause, resume
@@ -25,6 +25,7 @@ from aioqueue._engine.rate_limits import set_rate_limit
 from aioqueue._engine.store import DispatchResult, QueueStore
 from aioqueue._engine.writes import EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
+from tests.queue_model_walk import Walk, take_page
 from tests.support import SteppedRedis
 
 EVENT_TYPE = "Prop"
@@ -67,8 +68,8 @@ class Pending:
     only while its generation is the event's."""
     error: str | None = None
     under_way: bool = False
-    """An attempt was dispatched and is not settled: while its lease runs (not due_now), the
-    event cannot be rescheduled."""
+    """An attempt was dispatched and is not settled: the event cannot be rescheduled, even
+    once its lease ended (due_now: the next dispatch takes it again)."""
     since: int | None = None
     """A debounced event's series start, as stored."""
     parked: bool = False
@@ -110,14 +111,22 @@ class QueueModel(SteppedRedis):
         """Claims handed out while a limit was recorded: the rate window's content."""
         self.serial = False
         """Whether the payload field `n` is recorded as the type's serial key."""
+        self.walk: Walk | None = None
+        """A walk through pending() in progress (tests/queue_model_walk.py)."""
 
     def _new_generation(self) -> int:
         self.generations += 1
         return self.generations
 
+    def _moved(self, *event_ids: str) -> None:
+        """These events were written, moved or removed: a walk in progress may miss them."""
+        if self.walk is not None:
+            self.walk.moved.update(event_ids)
+
     def _schedule(
         self, event_id: str, payload: str, delay_ms: int, since: int | None = None
     ) -> None:
+        self._moved(event_id)
         self.sequence += 1
         self.pending[event_id] = Pending(
             payload=payload,
@@ -157,12 +166,16 @@ class QueueModel(SteppedRedis):
         elif operation == "claim":
             self.claim(step.count, step.lease_ms)
         elif operation == "browse":
-            self.browse(step.count)
+            # Pages of one or two events: a few events make a walk of several pages, with
+            # other operations between them.
+            self.browse(1 + step.count // 3)
         elif operation == "legacy":
             self.rewrite_with_long_keys(step.event_id)
         elif self.held:
             self.settle(operation, step.index, step.payload, step.delay_ms)
         self._note_unparked()
+        if self.walk is not None and operation != "browse":
+            self.next_page()
 
     def _note_unparked(self) -> None:
         """An event that settled freed its serial key and put the earliest event parked on it
@@ -173,6 +186,7 @@ class QueueModel(SteppedRedis):
             for event_id, event in self.pending.items():
                 if event.parked and event_id.encode() in scheduled:
                     event.parked, event.due_now = False, True
+                    self._moved(event_id)
 
     def enqueue(self, event_id: str, payload: str, delay_ms: int, *, replace: bool) -> None:
         item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
@@ -208,10 +222,11 @@ class QueueModel(SteppedRedis):
         event = self.pending.get(event_id)
         if event is None:
             assert outcome == "missing"
-        elif event.under_way and not event.due_now:
+        elif event.under_way:
             assert outcome == "in_flight"
         else:
             assert outcome == "moved"
+            self._moved(event_id)
             event.due_now = delay_ms == 0  # only the score moves: copies stay current
             event.parked = False  # a parked event is back in the schedule
 
@@ -226,6 +241,7 @@ class QueueModel(SteppedRedis):
         ]
         assert returned == len(current)
         for copy in current:
+            self._moved(copy.event_id)
             event = self.pending[copy.event_id]
             event.attempt -= 1
             event.due_now = True  # back at its own due time, which had passed
@@ -258,6 +274,7 @@ class QueueModel(SteppedRedis):
         removed = self.run(self.store.cancel(event_id))
         assert removed is (event_id in self.pending)
         self.pending.pop(event_id, None)
+        self._moved(event_id)
 
     def requeue(self, event_id: str) -> None:
         outcome = self.run(self.store.requeue(event_id))
@@ -313,6 +330,7 @@ class QueueModel(SteppedRedis):
             return
         pushed: list[str] = []
         buried = 0
+        self._moved(*due)  # each one is pushed or buried
         for event_id in due:
             event = self.pending[event_id]
             if event.attempt >= MAX_ATTEMPTS:
@@ -358,9 +376,11 @@ class QueueModel(SteppedRedis):
                 ))  # fmt: skip
             elif event_id.encode() not in scheduled:
                 assert "parked" in envelope_fields(raw), f"{event_id} left the schedule unparked"
+                self._moved(event_id)
                 event.parked = True
                 parked.add(event_id)
             elif envelope_fields(raw).get("attempt", 0) == event.attempt + 1:
+                self._moved(event_id)
                 event.attempt += 1
                 event.due_now = lease_ms == 0
                 event.under_way = True
@@ -396,6 +416,7 @@ class QueueModel(SteppedRedis):
         envelopes = [Envelope.parse(raw, event_type=EVENT_TYPE) for raw in claimed.envelopes]
         assert [envelope.id for envelope in envelopes] == [copy.event_id for copy in current]
         for envelope in envelopes:
+            self._moved(envelope.id)  # to the end of its lease
             event = self.pending[envelope.id]
             assert (envelope.version, envelope.attempt) == (event.version, event.attempt)
             assert envelope.payload == event.payload
@@ -405,22 +426,11 @@ class QueueModel(SteppedRedis):
             self.starts += len(envelopes)
 
     def browse(self, page_size: int) -> None:
-        """Paging through the schedule lists every pending event once, with its attempt, and
-        inspecting finds each one as the model has it."""
-        listed: list[tuple[str, int]] = []
-        cursor = None
-        while True:
-            page = self.run(pending_page(self.client, LAYOUT, limit=page_size, cursor=cursor))
-            listed += [(event.id, event.attempt) for event in page.events]
-            if page.next_cursor is None:
-                break
-            cursor = page.next_cursor
-        expected = {
-            (event_id, event.attempt)
-            for event_id, event in self.pending.items()
-            if not event.parked  # out of the schedule until its key is free
-        }
-        assert sorted(listed) == sorted(expected)
+        """Begins a walk through pending() (or takes the next page of the one in progress),
+        and inspecting finds each event as the model has it."""
+        if self.walk is not None:
+            self.next_page()
+            return
         for event_id, event in self.pending.items():
             info = self.run(inspect_event(self.client, LAYOUT, event_id))
             assert info is not None
@@ -435,6 +445,19 @@ class QueueModel(SteppedRedis):
             info = self.run(inspect_event(self.client, LAYOUT, event_id))
             assert info is not None
             assert info.state == "dead"
+        in_schedule = {event_id for event_id, event in self.pending.items() if not event.parked}
+        self.walk = Walk(page_size, in_schedule)
+        self.next_page()
+
+    def next_page(self) -> None:
+        assert self.walk is not None
+        if take_page(self, self.walk):
+            self.walk = None
+
+    def finish_walk(self) -> None:
+        """Takes the remaining pages of a walk in progress, with nothing in between."""
+        while self.walk is not None:
+            self.next_page()
 
     # -- settling ----------------------------------------------------------------------------
 
@@ -469,6 +492,7 @@ class QueueModel(SteppedRedis):
         assert deleted == (1 if self._is_current(envelope) else 0)
         if deleted:
             del self.pending[envelope.id]
+            self._moved(envelope.id)
 
     def extend_lease(self, envelope: Envelope, lease_ms: int) -> None:
         """Only the attempt still under way may be kept leased: never another version, nor
@@ -481,6 +505,7 @@ class QueueModel(SteppedRedis):
         )
         assert extended is under_way
         if event is not None and under_way:
+            self._moved(envelope.id)
             event.due_now = lease_ms == 0
 
     def fail(self, envelope: Envelope, retry_ms: int, *, bury: bool) -> None:
@@ -493,6 +518,7 @@ class QueueModel(SteppedRedis):
         if not self._is_current(envelope):
             assert outcome == "stale"
             return
+        self._moved(envelope.id)
         event = self.pending[envelope.id]
         if bury or event.attempt >= MAX_ATTEMPTS:
             assert outcome == "dead"
@@ -505,6 +531,7 @@ class QueueModel(SteppedRedis):
             event.generation = self._new_generation()
 
     def _bury(self, event_id: str, error: str) -> None:
+        self._moved(event_id)
         event = self.pending.pop(event_id)
         event.error = error
         self.dead[event_id] = event

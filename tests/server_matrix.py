@@ -216,6 +216,7 @@ MATRIX_MODULES = frozenset(
         "test_pause",  # flow control: pause, rate limits, serial keys
         "test_rate_limit",
         "test_schedules",  # recurring events
+        "test_schedule_names",
         "test_sentinel_failover",
         "test_serial_keys",
     }
@@ -230,6 +231,7 @@ CORE_TESTS = frozenset(
         "test_access::test_a_user_without_fcall_runs_the_same_scripts_with_evalsha",
         "test_browse::test_inspect_tells_every_state_of_an_event",
         "test_browse::test_pages_follow_schedule_order_across_partitions",
+        "test_browse::test_a_walk_lists_no_event_twice_while_dispatch_moves_events_past_its_cursor",
         "test_dead_letters::test_failures_are_retried_then_dead_lettered_and_requeue_revives_them",
         "test_dead_letters::test_malformed_events_are_dead_lettered_and_the_consumer_goes_on",
         "test_delivery::test_cancel_during_a_failing_handler_leaves_no_retry",
@@ -240,6 +242,7 @@ CORE_TESTS = frozenset(
         "test_pause::test_nothing_is_handled_while_paused_and_all_in_due_order_after",
         "test_rate_limit::test_the_recorded_limit_holds_for_a_service_configured_otherwise",
         "test_schedules::test_missed_ticks_follow_the_misfire_policy",
+        "test_schedule_names::test_declaring_a_name_under_another_type_moves_it_and_remove_removes_it",
         "test_serial_keys::test_a_retry_keeps_its_place_before_later_events_of_its_key",
         "test_sentinel_failover::test_a_killed_primary_fails_over_and_every_event_is_delivered",
     }

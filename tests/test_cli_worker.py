@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -135,3 +136,22 @@ async def test_an_unreachable_url_fails_at_start_in_one_line() -> None:
     assert result.returncode == 1
     [line] = result.stderr.splitlines()
     assert line.startswith(f"aioqueue worker: cannot reach {url}: ")
+
+
+async def test_the_worker_runs_on_the_event_loop_it_is_asked_for(redis_url: str) -> None:
+    """--loop auto takes uvloop where it is installed (the test extra installs it), --loop
+    asyncio asyncio's own loop; either way the worker handles and stops as usual."""
+    for asked, expected in (("auto", "uvloop"), ("asyncio", "asyncio"), ("uvloop", "uvloop")):
+        worker = start_worker(redis_url, "--loop", asked)
+        try:
+            started = await anyio.to_thread.run_sync(read_until, worker, "worker started")
+            worker.send_signal(signal.SIGTERM)
+            _, stderr = await anyio.to_thread.run_sync(
+                functools.partial(worker.communicate, timeout=20)
+            )
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.communicate()
+        assert f"event loop {expected})" in started, (asked, started)
+        assert worker.returncode == 0, stderr

@@ -8,7 +8,8 @@ connects to `redis+cluster://`). It must exit 0 with nothing on stderr (no trace
 warning, no logged error), print what its "Output" block says if it has one, and write only
 keys under a prefix it names, a prefix no other block names: run in any order on one
 server, the blocks never see each other's events. A block that only shows a file of
-examples/ (a `--8<--` snippet) is that program, which tests/test_examples*.py run.
+examples/ (a `--8<--` snippet) is that program, which tests/test_examples*.py run; an
+excerpt of one (titled with its path) must be word for word in it.
 
 Why a collector of our own rather than pytest-examples, Sybil or pytest-markdown-docs:
 those run blocks inside the test process (Sybil even chains the blocks of a page into one
@@ -68,7 +69,11 @@ def uses_cluster(example: PythonExample) -> bool:
 def cases() -> list[ParameterSet]:
     params = []
     for example in EXAMPLES:
-        if example.block.included_file is not None or example.is_support_file:
+        if (
+            example.block.included_file is not None
+            or example.block.excerpt_of is not None
+            or example.is_support_file
+        ):
             continue
         # A Spark block starts a JVM of its own: seconds before the first row.
         marks = [pytest.mark.timeout(240)] if uses_spark(example) else []
@@ -98,10 +103,22 @@ def test_every_included_file_is_an_example_program_the_suite_runs() -> None:
         assert path.is_file(), path
 
 
+@pytest.mark.parametrize(
+    "example",
+    [example for example in EXAMPLES if example.block.excerpt_of is not None],
+    ids=lambda example: example.block.where,
+)
+def test_every_excerpt_is_word_for_word_in_its_example(example: PythonExample) -> None:
+    source = example.block.excerpt_of
+    assert source is not None, example.block.title
+    assert source.is_file(), example.block.title
+    assert example.block.code in source.read_text()
+
+
 def test_the_blocks_pass_the_projects_linters(tmp_path: Path) -> None:
     """ruff check and ruff format, with the project's settings: a block is code we ship."""
     for number, example in enumerate(EXAMPLES):
-        if example.block.included_file is None:
+        if example.block.included_file is None and example.block.excerpt_of is None:
             (tmp_path / f"block_{number:03d}_{example.file_name}").write_text(example.block.code)
     # Outside the repository ruff cannot tell that aioqueue is first-party.
     settings = ["--config", str(ROOT / "pyproject.toml"), "--config",

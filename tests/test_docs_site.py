@@ -24,6 +24,7 @@ PUBLIC_MODULES = (
     "aioqueue.spark",
     "aioqueue.prometheus",
     "aioqueue.tracing",
+    "aioqueue.django",
     "aioqueue.http",
     "aioqueue.pytest_plugin",
 )
@@ -35,11 +36,6 @@ PENDING_DOCSTRINGS = {
     "aioqueue.PendingPage.to_json",
     "aioqueue.ScheduleInfo.to_json",
     "aioqueue.spark.ScheduleResult.rows",
-    "aioqueue.testing.CuttingProxy.statistics",
-    "aioqueue.testing.EmbeddedCluster.live_nodes",
-    "aioqueue.testing.EmbeddedCluster.node_on",
-    "aioqueue.testing.EmbeddedServer.log_path",
-    "aioqueue.testing.EmbeddedServer.url",
 }
 README_MAX_LINES = 250
 

@@ -15,7 +15,7 @@ from redis.crc import key_slot
 from aioqueue import Durability, DurabilityError, EventService
 from aioqueue._engine.keys import QueueLayout
 from aioqueue._engine.steps import run_steps_sync
-from aioqueue._engine.writes import EnqueueItem, enqueue_layout_steps
+from aioqueue._engine.writes import EnqueueItem, enqueue_many_steps
 from aioqueue.testing import EmbeddedCluster, EmbeddedServer
 from tests.replication_support import command_calls, freeze, resume, wait_for_replicas
 from tests.support import PaymentCheck
@@ -139,9 +139,8 @@ async def test_the_blocking_cluster_client_confirms_per_node_too(
     with SyncRedisCluster.from_url(cluster.url.replace("+cluster", "")) as sync_client:
 
         def enqueue(batch: list[EnqueueItem]) -> list[bool]:
-            steps = enqueue_layout_steps(
-                sync_client, LAYOUT, batch, replace=False, durability=durability
-            )
+            writes = [(LAYOUT.keys_for(item.id), LAYOUT.event_type, item) for item in batch]
+            steps = enqueue_many_steps(sync_client, writes, replace=False, durability=durability)
             return run_steps_sync(sync_client, steps)
 
         assert await anyio.to_thread.run_sync(enqueue, items) == [True] * len(items)

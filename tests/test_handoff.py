@@ -83,3 +83,18 @@ async def test_a_worker_cancelled_natively_after_its_wake_up_passes_it_on() -> N
         assert await second == 7
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+async def test_a_worker_cancelled_just_before_an_item_arrives_leaves_the_handoff_working() -> None:
+    """Cancelling a waiting worker cancels its wake-up future at once; an item put before the
+    worker runs again makes the hand-off discard that future, and the worker must not fail
+    looking for it (it raised ValueError from deque.remove)."""
+    handoff: Handoff[int] = Handoff()
+    waiting = asyncio.ensure_future(handoff.get())
+    await asyncio.sleep(0)  # now waiting on its future
+    waiting.cancel()
+    handoff.put(1)  # discards the cancelled future before the worker runs
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    with anyio.fail_after(1):
+        assert await handoff.get() == 1

@@ -3,7 +3,9 @@
 Hypothesis generates sequences of enqueue, replace, debounced replace (max_wait), cancel,
 reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
 payload's `n` is the key), dispatch, claim, success, failure, crash, lease extension,
-browsing, requeue, and envelopes rewritten with the long keys an older release wrote,
+browsing (a walk through pending() whose pages interleave with the other operations, see
+tests/queue_model_walk.py), requeue, and envelopes rewritten with the long keys an older
+release wrote,
 run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly as the library runs
 them) and, after every step, compares
 everything in Redis with a small model of the queue: no event may be lost (every pending
@@ -48,8 +50,9 @@ OPERATIONS = st.sampled_from(
     + ["claim"] * 3
     + ["success"] * 2
     + ["failure"] * 2
-    + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "browse"]
-    + ["legacy"]
+    + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "legacy"]
+    # Twice, so that walks through pending() overlap often with the moves they must survive.
+    + ["browse"] * 2
 )
 PAYLOADS = st.integers(min_value=0, max_value=3).map(lambda n: f'{{"n":{n}}}')
 
@@ -126,6 +129,7 @@ def run_and_check(url: str, steps: list[Step], *, serial_keys: bool) -> None:
         for step in steps:
             model.apply(step)
             check_redis_holds_exactly_the_model(model)
+        model.finish_walk()
 
 
 @SETTINGS

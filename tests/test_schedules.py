@@ -18,16 +18,19 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import ConfigurationError, EventServiceBuilder
-from aioqueue._recurring.records import ScheduleInfo
+from aioqueue._engine.envelope import text
+from aioqueue._engine.keys import QueueKeys
+from aioqueue._recurring.records import ScheduleInfo, read_record
 from aioqueue._recurring.spec import ScheduleSpec
 from tests.ops_support import ROOT
-from tests.support import Recorder, wait_until
+from tests.support import Recorder, server_time_ms, wait_until
 from tests.workers.schedule_worker import Beat, beat
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
 Builder = Callable[[], EventServiceBuilder]
 RECORDS = "aioqueue:{Beat}:schedules"
+KEYS = QueueKeys.for_type("aioqueue", "Beat")
 HOUR_MS = 3_600_000
 
 
@@ -109,6 +112,38 @@ async def test_missed_ticks_follow_the_misfire_policy(
     assert sorted(tick_of(i) for i in handled.ids) == [
         latest - hours * HOUR_MS for hours in expected_hours_ago
     ]
+
+
+async def test_fourteen_days_down_produce_the_latest_max_catch_up_ticks_and_warn_once(
+    service_builder: Builder, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A schedule every second whose services were down for 14 days (1.2 million missed
+    ticks), misfire="all": the catch-up writes the latest 100 ticks before its time, the
+    ticks then go on one a second, and the warning is logged once. Nothing is dispatched, so
+    every produced tick is still in Redis to count."""
+    caplog.set_level(logging.WARNING, logger="aioqueue")
+    started = await server_time_ms(redis_client)
+    spec = ScheduleSpec.of(cron=None, every=1, tz="UTC")
+    down_since = started // 1000 * 1000 - 14 * 24 * HOUR_MS
+    record = {"spec": spec.key, "tick": down_since, "tick_id": "old", "produced_at": 0}
+    await redis_client.hset(RECORDS, "rep", orjson.dumps(record))
+    service = service_builder().enable_scheduling(False).build()
+    service.add_schedule("rep", every=1, event=beat, misfire="all", max_catch_up=100)
+    async with service:
+
+        async def caught_up() -> bool:
+            record = await read_record(redis_client, KEYS, "rep")
+            return record is not None and record.tick is not None and record.tick > record.now
+
+        await wait_until(caught_up)
+    stopped = await server_time_ms(redis_client)
+    ticks = sorted(tick_of(text(i)) for i in await redis_client.hkeys(KEYS.events))
+    assert [b - a for a, b in itertools.pairwise(ticks)] == [1000] * (len(ticks) - 1)
+    # The catch-up's 100 ticks end at the latest tick of its moment, between start and stop.
+    assert started // 1000 * 1000 - 99_000 <= ticks[0] <= stopped // 1000 * 1000 - 99_000
+    assert sum(1 for tick in ticks if tick <= started) <= 100
+    warnings = [r.getMessage() for r in caplog.records if "max_catch_up" in r.getMessage()]
+    assert len(warnings) == 1, warnings
 
 
 async def test_a_changed_spec_replaces_the_pending_tick_and_the_latest_declaration_wins(

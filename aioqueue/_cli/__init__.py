@@ -100,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     resolve_connection_options(args, parser)
     try:
-        code: int = anyio.run(args.run, args)
+        # uvloop (worker --loop): anyio runs asyncio on it when asked to.
+        loop = args.event_loop(args) if hasattr(args, "event_loop") else "asyncio"
+        code: int = anyio.run(args.run, args, backend_options={"use_uvloop": loop == "uvloop"})
     except KeyboardInterrupt:
         return 130
     except BaseException as error:

@@ -33,7 +33,9 @@ def add_events_command(commands: Commands) -> None:
         "list",
         help="pending events in schedule order, a page at a time",
         description="Pending events of TYPE in schedule order (a dispatched event sorts at its "
-        "lease end). Pass the printed cursor with --cursor for the next page.",
+        "lease end). Pass the printed cursor with --cursor for the next page: the pages of one "
+        "walk list an event at most once, and leave out events that moved or were written "
+        "after its first page.",
     )
     add_connection_options(listing)
     listing.add_argument("type", metavar="TYPE")
@@ -84,6 +86,11 @@ async def run_list(args: argparse.Namespace) -> int:
             raise CommandError(str(exc)) from exc
     if args.json:
         print_json(page.to_json())
+        return 0
+    if not page.events and page.next_cursor:
+        # Every event the page examined moved since the walk's first page (see pending_page).
+        print(f"none here: {args.type} events that moved since the first page are left out")
+        print(f"more: --cursor {page.next_cursor}")
         return 0
     if not page.events:
         print(f"no pending {args.type} events" + (" after the cursor" if args.cursor else ""))
@@ -141,7 +148,9 @@ async def run_run_now(args: argparse.Namespace) -> int:
         print(f"{args.type} {args.id!r} is dead: `aioqueue dead requeue {args.type} "
               f"{args.id}` puts it back", file=sys.stderr)  # fmt: skip
     elif result == "in_flight":
-        print(f"{args.type} {args.id!r} is being handled now; nothing changed", file=sys.stderr)
+        print(f"{args.type} {args.id!r} has an attempt under way (a handler has it, or its "
+              "lost worker's lease ran out and the next dispatch takes it again); nothing "
+              "changed", file=sys.stderr)  # fmt: skip
     else:
         print(f"no pending {args.type} {args.id!r}", file=sys.stderr)
     return 0 if result == "due" else 1

@@ -6,7 +6,9 @@ This is the one place that handles signals: the library never takes over the pro
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
@@ -42,7 +44,27 @@ def add_worker_command(commands: Commands) -> None:
         "--app-dir", default=".", help="directory to import the module from (default: current)"
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    parser.set_defaults(run=run_worker)
+    parser.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="event loop: uvloop (the `uvloop` extra) or asyncio's own; auto (the default) "
+        "takes uvloop where it is installed",
+    )
+    parser.set_defaults(run=run_worker, event_loop=event_loop_of)
+
+
+def event_loop_of(args: argparse.Namespace) -> str:
+    """The event loop the worker runs on, as --loop asks: "uvloop" or "asyncio"."""
+    if args.loop == "asyncio":
+        return "asyncio"
+    if importlib.util.find_spec("uvloop") is not None:
+        return "uvloop"
+    if args.loop == "uvloop":
+        raise CommandError(
+            "--loop uvloop needs uvloop: pip install 'aioqueue-redis[uvloop]' (or --loop asyncio)"
+        )
+    return "asyncio"
 
 
 def load_factory(spec: str, app_dir: str = ".") -> Callable[..., Any]:
@@ -110,7 +132,12 @@ async def run_worker(args: argparse.Namespace) -> int:
             watchers.start_soon(watch_signals)
             with running:
                 async with service:
-                    logger.info("worker started: %r (pid %d)", service, os.getpid())
+                    logger.info(
+                        "worker started: %r (pid %d, event loop %s)",
+                        service,
+                        os.getpid(),
+                        type(asyncio.get_running_loop()).__module__.split(".")[0],
+                    )
                     await stopping.wait()
             watchers.cancel_scope.cancel()
     logger.info("worker stopped%s", "" if not running.cancel_called else " (forced)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from typing import Generic, TypeVar
 
@@ -47,7 +48,10 @@ class Handoff(Generic[T]):
                     self._schedule_check()
                 else:
                     woken.cancel()
-                    self._idle.remove(woken)
+                    # _wake_one may have dropped it already: it discards futures that are
+                    # done, and a cancelled one is, before this task runs again.
+                    with contextlib.suppress(ValueError):
+                        self._idle.remove(woken)
                 raise
             self._waking -= 1
         item = self._items.popleft()

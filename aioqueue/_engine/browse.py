@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -89,7 +90,8 @@ class PendingEvent:
 class PendingPage:
     """Pending events in schedule order, and the cursor of the page after them (None when
     this is the last page). Events are ordered by when the queue acts on them next: a
-    dispatched event at its lease end."""
+    dispatched event at its lease end. A page may hold fewer events than asked for, even
+    none, and still have a next page: see pending_page."""
 
     events: list[PendingEvent]
     next_cursor: str | None
@@ -149,29 +151,52 @@ async def pending_page(
     due_after: datetime | None = None,
 ) -> PendingPage:
     """Pending events after `cursor` (or from `due_after` on), in schedule order, due before
-    `due_before`. Stable while the queue moves: an event that stays pending is listed once
-    across the pages (one that is rescheduled meanwhile may be listed again, or not at all).
-    A cursor keeps the `due_before` of the first page."""
+    `due_before`. A cursor keeps the `due_before` of the first page.
+
+    The pages of one walk (a first page, then each page's `next_cursor`) list an event at
+    most once, however the queue moves meanwhile. An event that stays where it is (pending
+    all along, neither dispatched, claimed, retried, rescheduled nor replaced) is listed
+    exactly once. One that was written or moved after the walk's first page may be missing
+    from the pages after it: the queue moves events to later scores (dispatch to the lease
+    end, a failure to the retry), where the walk would meet them a second time (see
+    page.lua). A page that meets more than a thousand such events in a row stops short, with
+    fewer events than `limit` (even none) and a `next_cursor` past them."""
     limit = max(1, min(MAX_PAGE, limit))
     highest = "" if due_before is None else repr(_ms(due_before))
+    partitions = layout.all_keys
+    began: list[str] = [""] * len(partitions)
     if cursor is not None:
-        score, after_id, cursor_highest = _decode_cursor(cursor)
+        score, after_id, cursor_highest, walk = _decode_cursor(cursor)
         highest = highest or cursor_highest
+        if walk is not None:
+            if len(walk) != len(partitions):
+                raise InvalidCursorError(f"not a cursor of this type's pages: {cursor!r}")
+            began = walk
     elif due_after is not None:
         score, after_id = repr(_ms(due_after)), ""
     else:
         score, after_id = "-inf", ""
     entries: list[tuple[float, bytes, str, str, Any, int]] = []
-    for keys in layout.all_keys:
+    # The least (score, id) up to which a partition examined its events without reaching
+    # the end: up to there every partition told what it holds, past it not yet.
+    examined_to: tuple[float, bytes, str, str] | None = None
+    for index, keys in enumerate(partitions):
         # One more than a page: whether another page exists is then known without a call.
-        args: list[str | int] = [score, after_id, highest, limit + 1]
+        args: list[str | int] = [score, after_id, highest, limit + 1, began[index]]
         reply = await PAGE.run(client, _page_keys(keys), args)
         now = int(reply[0])
-        for i in range(1, len(reply), 4):
+        began[index] = text(reply[1])
+        if int(reply[2]) != 1 and reply[3]:
+            stop_score, stop_id = text(reply[3]), text(reply[4])
+            stop = (float(stop_score), stop_id.encode(), stop_id, stop_score)
+            examined_to = stop if examined_to is None else min(examined_to, stop)
+        for i in range(5, len(reply), 4):
             member, member_score = text(reply[i]), text(reply[i + 1])
             order = (float(member_score), member.encode())
             entries.append((*order, member, member_score, reply[i + 2], int(reply[i + 3])))
     entries.sort(key=lambda entry: (entry[0], entry[1]))
+    if examined_to is not None:
+        entries = [entry for entry in entries if (entry[0], entry[1]) <= examined_to[:2]]
     taken = entries[:limit]
     events = [
         _pending_event(member, float(member_score), stored, bool(in_ready), now)
@@ -180,7 +205,10 @@ async def pending_page(
     next_cursor = None
     if len(entries) > limit:
         last = taken[-1]
-        next_cursor = _encode_cursor(last[3], last[2], highest)
+        next_cursor = _encode_cursor(last[3], last[2], highest, began)
+    elif examined_to is not None:
+        # Short of a page: events past this point are still to examine.
+        next_cursor = _encode_cursor(examined_to[3], examined_to[2], highest, began)
     return PendingPage(events, next_cursor)
 
 
@@ -245,7 +273,7 @@ async def reschedule(
 
 
 def _page_keys(keys: QueueKeys) -> list[str]:
-    return [keys.schedule, keys.events, keys.ready]
+    return [keys.schedule, keys.events, keys.ready, keys.sequence, keys.counts]
 
 
 def _pending_event(
@@ -305,20 +333,35 @@ def _ms(moment: datetime) -> int:
     return round(moment.timestamp() * 1000)
 
 
-def _encode_cursor(score: str, event_id: str, highest: str) -> str:
-    """Opaque, URL-safe: the last listed (score, id), and the listing's upper bound."""
-    fields = [score, event_id, highest]
+_WALK_BEGAN = re.compile(r"\d+:\d+:\d*")
+
+
+def _encode_cursor(score: str, event_id: str, highest: str, began: list[str]) -> str:
+    """Opaque, URL-safe: the last listed (score, id), the listing's upper bound, and where
+    the walk began in each partition (page.lua)."""
+    fields = [score, event_id, highest, began]
     return base64.urlsafe_b64encode(orjson.dumps(fields)).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[str, str, str]:
+def _decode_cursor(cursor: str) -> tuple[str, str, str, list[str] | None]:
+    """(score, id, upper bound, where the walk began); a cursor of a release before walks
+    has no beginning: its next page begins one."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        score, event_id, highest = orjson.loads(base64.urlsafe_b64decode(padded.encode()))
+        fields = orjson.loads(base64.urlsafe_b64decode(padded.encode()))
+        if not isinstance(fields, list) or len(fields) not in (3, 4):
+            raise TypeError("not a list of three or four fields")
+        score, event_id, highest = fields[:3]
         if not all(isinstance(field, str) for field in (score, event_id, highest)):
             raise TypeError("not three strings")
         if not math.isfinite(float(score)) or not (highest == "" or math.isfinite(float(highest))):
             raise ValueError("not a finite score")
+        began = fields[3] if len(fields) == 4 else None
+        if began is not None and not (
+            isinstance(began, list)
+            and all(isinstance(b, str) and _WALK_BEGAN.fullmatch(b) for b in began)
+        ):
+            raise ValueError("not where a walk began")
     except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
         raise InvalidCursorError(f"not a cursor this API handed out: {cursor!r}") from exc
-    return score, event_id, highest
+    return score, event_id, highest, began

@@ -28,6 +28,7 @@ __all__ = [
     "blocking_wait_limit",
     "client_from_url",
     "ensure_slot_map",
+    "producer_client_from_url",
     "service_client_from_url",
     "service_client_of_sentinels",
     "sync_client_from_url",
@@ -67,6 +68,16 @@ def sync_client_from_url(url: str, **options: Any) -> SyncRedisClient:
     if is_sentinel_url(url):
         return sync_sentinel_client(parse_sentinel_url(url), **options)
     return redis.Redis.from_url(url, **options)
+
+
+def producer_client_from_url(url: str) -> SyncRedisClient:
+    """The blocking client a SyncProducer makes from its URL: REPLY_TIMEOUT to connect and
+    for each reply (unless the URL sets `socket_timeout` / `socket_connect_timeout`), since a
+    blocking call has no deadline but the socket's, and a request thread should not hang on a
+    server that stopped answering."""
+    return sync_client_from_url(
+        url, socket_timeout=REPLY_TIMEOUT, socket_connect_timeout=REPLY_TIMEOUT
+    )
 
 
 # Every call a service makes has a deadline of its own (see within_reply_timeout), so its

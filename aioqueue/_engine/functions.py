@@ -94,11 +94,14 @@ class FunctionLibrary:
                 logger.error(
                     "the aioqueue function library %s is not loaded and this user may not "
                     "load it: run `aioqueue functions load` as an administrator (falling "
-                    "back to EVALSHA/EVAL, which the README's ACL rule does not allow)",
+                    "back to EVALSHA/EVAL, which the documented ACL rule does not allow)",
                     self.name,
                 )
         elif not (
-            isinstance(error, NoPermissionError)
+            # The user may not run FCALL at all. A denial of a key inside a function is the
+            # caller's error: EVALSHA would be denied the same key, and for a user allowed
+            # only FCALL every later call would fail.
+            (isinstance(error, NoPermissionError) and "'fcall'" in message)
             or "unknown command" in message
             or "unknown subcommand" in message
         ):

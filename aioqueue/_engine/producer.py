@@ -16,13 +16,10 @@ from .coalescer import Coalescer
 from .keys import QueueLayout
 from .queues import QueueDirectory
 from .steps import run_steps
-from .writes import DueTime, EnqueueItem, enqueue_layout_steps, event_item
+from .writes import CHUNK_SIZE, DueTime, EnqueueItem, enqueue_many_steps, event_item
 
 __all__ = ["Producer"]
 
-# Events per enqueue script call: large enough to amortise the round trip, small enough that
-# one call never blocks the server for more than about a millisecond.
-CHUNK_SIZE = 500
 # Script calls in flight at once during enqueue_many, each on its own pooled connection.
 CONCURRENT_CHUNKS = 4
 
@@ -124,8 +121,9 @@ class Producer:
         replace: bool,
         max_wait_ms: int | None,
     ) -> list[bool]:
-        steps = enqueue_layout_steps(
-            self._client, layout, items, replace=replace, max_wait_ms=max_wait_ms,
+        writes = [(layout.keys_for(item.id), layout.event_type, item) for item in items]
+        steps = enqueue_many_steps(
+            self._client, writes, replace=replace, max_wait_ms=max_wait_ms,
             durability=self._config.durability,
         )  # fmt: skip
         return await run_steps(self._client, steps)

@@ -164,7 +164,7 @@ class QueueStore:
     async def extend_lease(self, envelope: Envelope, lease_ms: int) -> bool:
         """Moves the next attempt of this delivery to `lease_ms` from now; False when the
         delivered attempt is no longer the one pending (settled, cancelled, replaced)."""
-        keys = [self.keys.schedule, self.keys.events]
+        keys = [self.keys.schedule, self.keys.events, self.keys.counts]
         args: list[str | int] = [
             envelope.id,
             str(envelope.version),

@@ -31,11 +31,12 @@ from aioqueue._model.serializer import Serializer
 
 from .durability import DurableCalls
 from .envelope import text
-from .keys import QueueKeys, QueueLayout, partition_of
+from .keys import QueueKeys, QueueLayout
 from .scripts import CANCEL, ENQUEUE, RESCHEDULE
 from .steps import Steps
 
 __all__ = [
+    "CHUNK_SIZE",
     "MAX_DELAY",
     "DueTime",
     "EnqueueItem",
@@ -44,7 +45,7 @@ __all__ = [
     "context_json",
     "enqueue_call",
     "enqueue_calls_steps",
-    "enqueue_layout_steps",
+    "enqueue_many_steps",
     "enqueue_steps",
     "event_item",
     "max_wait_ms",
@@ -62,6 +63,12 @@ MoveResult = Literal["moved", "missing", "in_flight"]
 CONFIRMED_MODE = "+wait"
 """Ends an enqueue call's mode when WAIT follows the call: a call that writes no event then
 writes a no-op, so that the WAIT covers the events it kept (see enqueue.lua, durability.py)."""
+CHUNK_SIZE = 500
+"""Events per enqueue script call: large enough to amortise the round trip, small enough that
+one call never blocks the server for more than about a millisecond."""
+CALLS_PER_PIPELINE = 16
+"""Enqueue script calls per round trip in enqueue_many_steps: 8,000 events at most, so one
+huge enqueue_many never piles up a pipeline's worth of replies without bound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,43 +260,51 @@ def _touch(
     return keys, [f"0{CONFIRMED_MODE}", args[1]]
 
 
-def enqueue_layout_steps(
+def enqueue_many_steps(
     client: object,
-    layout: QueueLayout,
-    items: Sequence[EnqueueItem],
+    writes: Sequence[tuple[QueueKeys, str, EnqueueItem]],
     *,
     replace: bool,
     max_wait_ms: int | None = None,
     durability: Durability | None = None,
 ) -> Steps[list[bool]]:
-    """Schedules `items` of one type, whatever their partitions: one script call per
-    partition, sent together (one round trip on a single server, one per node on a
-    cluster). Returns what enqueue_steps would, in the order of `items`; with
-    `durability`, once the calls are confirmed (one WAIT per connection, not per call)."""
-    if layout.partitions == 1:
+    """Schedules each item into the queue (keys, event type) it names: grouped per queue
+    (partition), CHUNK_SIZE items per script call, the calls pipelined (see
+    LuaScript.pipelined_steps: one round trip on a single server, one per node on a cluster).
+    Returns, per item in order, whether it was scheduled; with `durability`, once each round
+    trip's calls are confirmed (one WAIT per connection of it, not per call or item)."""
+    by_queue: dict[tuple[QueueKeys, str], list[int]] = {}
+    for index, (keys, event_type, _) in enumerate(writes):
+        by_queue.setdefault((keys, event_type), []).append(index)
+    chunks = [
+        (keys, event_type, indices[start : start + CHUNK_SIZE])
+        for (keys, event_type), indices in by_queue.items()
+        for start in range(0, len(indices), CHUNK_SIZE)
+    ]
+    if len(chunks) == 1:  # the usual batch: one call, no pipeline around it
+        keys, event_type, _ = chunks[0]
+        items = [item for _, _, item in writes]
         return (
             yield from enqueue_steps(
-                client, layout.all_keys[0], layout.event_type, items,
+                client, keys, event_type, items,
                 replace=replace, max_wait_ms=max_wait_ms, durability=durability,
             )
         )  # fmt: skip
-    positions: dict[int, list[int]] = {}
-    for position, item in enumerate(items):
-        positions.setdefault(partition_of(item.id, layout.partitions), []).append(position)
-    calls = [
-        enqueue_call(
-            layout.all_keys[partition], layout.event_type,
-            [items[position] for position in in_partition],
-            replace=replace, max_wait_ms=max_wait_ms,
-        )
-        for partition, in_partition in positions.items()
-    ]  # fmt: skip
-    replies = yield from enqueue_calls_steps(client, calls, durability=durability)
-    scheduled = [False] * len(items)
-    for in_partition, reply in zip(positions.values(), replies, strict=True):
-        for position, flag in zip(in_partition, scheduled_flags(reply), strict=True):
-            scheduled[position] = flag
-    return scheduled
+    results = [False] * len(writes)
+    for first in range(0, len(chunks), CALLS_PER_PIPELINE):
+        batch = chunks[first : first + CALLS_PER_PIPELINE]
+        calls = [
+            enqueue_call(
+                keys, event_type, [writes[index][2] for index in chunk],
+                replace=replace, max_wait_ms=max_wait_ms,
+            )
+            for keys, event_type, chunk in batch
+        ]  # fmt: skip
+        replies = yield from enqueue_calls_steps(client, calls, durability=durability)
+        for (_, _, chunk), reply in zip(batch, replies, strict=True):
+            for index, scheduled in zip(chunk, scheduled_flags(reply), strict=True):
+                results[index] = scheduled
+    return results
 
 
 def scheduled_flags(reply: Any) -> list[bool]:
@@ -311,7 +326,7 @@ def reschedule_steps(
     keys = layout.keys_for(event_id)
     reply = yield from RESCHEDULE.steps(
         client,
-        [keys.schedule, keys.events, keys.wake],
+        [keys.schedule, keys.events, keys.wake, keys.counts],
         [event_id, "at" if due.absolute else "delay", due.milliseconds],
     )
     result = text(reply)

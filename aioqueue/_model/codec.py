@@ -53,7 +53,7 @@ class EventCodec:
             raise EventDefinitionError(
                 f"event class {self.name} cannot be decoded exactly: "
                 f"{_culprit(event_class)}{_last_line(exc)}; use types that round-trip through "
-                "JSON (see the README's 'Typed events and schemas')"
+                "JSON (see the guide 'Typed events and schemas')"
             ) from exc
         if dataclasses.is_dataclass(event_class):
             # The payload's fields, looked up once: dataclasses.fields() per event cost more

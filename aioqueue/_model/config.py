@@ -14,7 +14,7 @@ from .rate_limit import RateLimit
 from .retry import RetryPolicy
 from .serializer import Serializer
 
-__all__ = ["LEASE_MARGIN", "Durability", "ServiceConfig"]
+__all__ = ["LEASE_MARGIN", "Durability", "ProducerConfig", "ServiceConfig"]
 
 # Slack added to the handler timeout before an event's next attempt may start: it covers the
 # round trips around a handler and a briefly blocked event loop, so a handler cut at its
@@ -107,3 +107,20 @@ class ServiceConfig:
     def ready_capacity(self) -> int:
         """Most envelopes a ready list holds; two batches keep consumers busy between ticks."""
         return 2 * self.scheduling_batch_size
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Settings of a SyncProducer: the part of a service's settings that writing events
+    depends on, with the same meaning and defaults (see the builder)."""
+
+    prefix: str
+    serializer: Serializer
+    metrics: Metrics
+    """Receives `event_enqueued` after each enqueue."""
+    instrumentation: Instrumentation
+    """Its `enqueue_context` adds to the context of each event (aioqueue.tracing)."""
+    max_payload_bytes: int
+    partitions: Mapping[str, int]
+    """Event type wire name -> partition count, for the types configured with one; any other
+    type is written with the count the prefix's registry records (1 for a new type)."""

@@ -6,16 +6,17 @@ sleeps until then; once that tick's time has come it produces the next one, due 
 tick, through schedule_tick.lua, which writes the event only if the record still holds the
 tick the keeper read. The tick's delivery is then that of any delayed event (the dispatcher
 wakes for it), and its id, derived from the tick by the schedule's event factory, dedupes it.
+
+Before it produces, a keeper checks that the name directory still gives the name to its
+event type; if another type took it, or it was removed, and a move died before fencing this
+type's record, the keeper fences it itself and stops (see names.py).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
 
 import anyio
 
@@ -27,16 +28,12 @@ from aioqueue._engine.writes import DueTime, EnqueueItem
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 
-from .records import ScheduleRecord, declare, produce_tick, read_record
+from .misfire import Misfire, ticks_to_produce
+from .names import read_entry
+from .records import ScheduleRecord, declare, produce_tick, read_record, still_owned
 from .spec import ScheduleSpec
 
 __all__ = ["Misfire", "ScheduleDeclaration", "ScheduleKeeper"]
-
-Misfire = Literal["skip", "once", "all"]
-
-# Missed ticks a keeper walks through at most when counting them for misfire="all" (a cron
-# expression has no arithmetic shortcut): beyond it, the oldest missed ticks are dropped.
-_MISSED_TICKS_SCAN_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +79,17 @@ class ScheduleKeeper:
                     record = await read_record(self._client, self._keys, declaration.name)
                 if record is None:
                     logger.warning(
-                        "schedule %r was removed from Redis; this service stops keeping it",
-                        declaration.name,
-                    )
+                        "schedule %r %s; this service stops keeping it", declaration.name,
+                        await self._why_gone(),
+                    )  # fmt: skip
                     return
+                if _has_a_tick_to_produce(record):
+                    owned = await self._still_owned(record)
+                    if owned is None:
+                        declared = False  # the directory lost the name: claim it again
+                        continue
+                    if not owned:
+                        return
                 wait = await self._step(record)
                 errors.reset()
             except REDIS_ERRORS as exc:
@@ -98,37 +102,70 @@ class ScheduleKeeper:
             if wait > 0:
                 await anyio.sleep(wait)
 
-    async def _declare(self) -> ScheduleRecord:
+    async def _declare(self) -> ScheduleRecord | None:
+        """Declares the schedule; None when a later declaration of the name overtook it."""
         declaration = self._declaration
         outcome, record = await declare(
-            self._client, self._keys, self._prefix, declaration.event_type, declaration.name,
+            self._client, self._prefix, declaration.event_type, declaration.name,
             declaration.spec.key,
         )  # fmt: skip
-        if outcome not in ("created", "same"):
+        if outcome not in ("created", "same", "superseded"):
             logger.warning(
                 "schedule %r changed from %r to %r; the pending tick of the old spec is "
                 "cancelled", declaration.name, outcome, declaration.spec.key,
             )  # fmt: skip
         return record
 
+    async def _still_owned(self, record: ScheduleRecord) -> bool | None:
+        """See records.still_owned; says why when the name is no longer this type's."""
+        declaration = self._declaration
+        owned, entry = await still_owned(
+            self._client, self._prefix, declaration.event_type, declaration.name, record
+        )
+        if owned is False:
+            assert entry is not None
+            logger.warning(
+                "schedule %r %s; this service stops keeping it", declaration.name,
+                _whereabouts(entry.event_type),
+            )  # fmt: skip
+        return owned
+
+    async def _why_gone(self) -> str:
+        """Why this type's record of the name is gone, as the directory tells."""
+        entry = await read_entry(self._client, self._prefix, self._declaration.name)
+        event_type = None if entry is None else entry.event_type
+        return _whereabouts(None if event_type == self._declaration.event_type else event_type)
+
     async def _step(self, record: ScheduleRecord) -> float:
         """Produces what is due to be produced; returns how long to sleep before the next
         look (0: look again at once)."""
-        if record.tick is not None and record.tick > record.now:
+        if not _has_a_tick_to_produce(record):
+            assert record.tick is not None
             return (record.tick - record.now) / 1000  # the latest tick is still to come
         spec = self._stored_spec(record)
-        for tick in self._ticks_to_produce(spec, record.tick, record.now):
+        declaration = self._declaration
+        plan = ticks_to_produce(
+            spec, record.tick, record.now, declaration.misfire, declaration.max_catch_up
+        )
+        for tick in plan.ticks:
             item = self._prepare(spec, tick)
             outcome, _ = await produce_tick(
-                self._client, self._keys, self._declaration.name, spec.key, record.tick, tick,
-                item,
+                self._client, self._keys, declaration.name, spec.key, record.tick, tick, item,
+                record.token,
             )  # fmt: skip
             if outcome not in ("produced", "kept"):
                 return 0  # another service moved the schedule on, or it changed: read again
+            if plan.dropped_missed and tick == plan.ticks[0]:
+                # Said by the one keeper whose catch-up went through, once.
+                logger.warning(
+                    "schedule %r: more than max_catch_up=%d ticks were missed; producing the "
+                    "latest %d, from %s", declaration.name, declaration.max_catch_up,
+                    len(plan.ticks), spec.tick_time(tick).isoformat(),
+                )  # fmt: skip
             if outcome == "kept":
                 logger.warning(
                     "schedule %r: tick %s has the id %r of an event still pending, which is "
-                    "kept; derive the id from the tick", self._declaration.name,
+                    "kept; derive the id from the tick", declaration.name,
                     spec.tick_time(tick).isoformat(), item.id,
                 )  # fmt: skip
             record = _advanced(record, tick)
@@ -151,30 +188,6 @@ class ScheduleKeeper:
         except ConfigurationError as exc:
             raise _TickNotMade(f"the stored spec is unusable: {exc}") from exc
 
-    def _ticks_to_produce(self, spec: ScheduleSpec, last: int | None, now: int) -> list[int]:
-        if last is None:
-            return [next(spec.ticks_after(now))]
-        upcoming = next(spec.ticks_after(last))
-        if upcoming > now:
-            return [upcoming]
-        # Ticks were missed while no service kept the schedule.
-        misfire = self._declaration.misfire
-        if misfire == "skip":
-            return [next(spec.ticks_after(now))]
-        if misfire == "once":
-            latest = spec.latest_at_or_before(now)
-            return [latest if latest is not None and latest > last else upcoming]
-        missed: deque[int] = deque(maxlen=self._declaration.max_catch_up)
-        ticks = itertools.islice(spec.ticks_after(last), _MISSED_TICKS_SCAN_LIMIT)
-        missed.extend(itertools.takewhile(lambda tick: tick <= now, ticks))
-        if upcoming < missed[0]:
-            logger.warning(
-                "schedule %r: more than max_catch_up=%d ticks were missed; producing the "
-                "latest %d", self._declaration.name, self._declaration.max_catch_up,
-                len(missed),
-            )  # fmt: skip
-        return list(missed)
-
     def _prepare(self, spec: ScheduleSpec, tick: int) -> EnqueueItem:
         declaration = self._declaration
         moment = spec.tick_time(tick)
@@ -193,11 +206,22 @@ class ScheduleKeeper:
             raise _TickNotMade(f"the tick's event cannot be enqueued: {exc}") from exc
 
 
+def _has_a_tick_to_produce(record: ScheduleRecord) -> bool:
+    """No tick produced yet, or the latest one's time has come."""
+    return record.tick is None or record.tick <= record.now
+
+
+def _whereabouts(event_type: str | None) -> str:
+    if event_type is None:
+        return "was removed from Redis"
+    return f"was declared under event type {event_type} by another service"
+
+
 def _advanced(record: ScheduleRecord, tick: int) -> ScheduleRecord:
     """The record as this keeper just wrote it, for its next produce in the same step."""
     return ScheduleRecord(
         spec=record.spec, tick=tick, previous_tick=record.tick, tick_id=None,
-        produced_at=record.now, now=record.now,
+        produced_at=record.now, now=record.now, token=record.token,
     )  # fmt: skip
 
 

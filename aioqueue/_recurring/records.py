@@ -3,7 +3,8 @@ change them (documented in docs/wire-format.md).
 
 A record lives in the hash `P:{Type}:schedules` (field: the schedule's name), so the script
 that produces a tick writes the tick's event and the record in one slot, atomically. The
-prefix's directory `P:schedules` (name -> event type) lets tools find every schedule.
+prefix's name directory says which type holds each name (names.py: how a name moves from
+one type to another, on Redis Cluster too); declaring, removing and listing go through it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aioqueue._engine.scripts import LuaScript
 from aioqueue._engine.writes import EnqueueItem
 from aioqueue._model.errors import ConfigurationError
 
+from .names import NameEntry, claim_name, read_entries, read_entry, settle
 from .spec import ScheduleSpec
 
 __all__ = [
@@ -29,26 +31,21 @@ __all__ = [
     "ScheduleRecord",
     "TickOutcome",
     "declare",
-    "directory_key",
+    "declare_record",
+    "fence",
     "info_of",
     "list_schedules",
     "produce_tick",
-    "read_directory",
     "read_record",
-    "remove",
     "remove_by_name",
+    "still_owned",
 ]
 
 DECLARE = LuaScript("schedule_declare")
 TICK = LuaScript("schedule_tick")
-REMOVE = LuaScript("schedule_remove")
+FENCE = LuaScript("schedule_fence")
 
 TickOutcome = Literal["produced", "kept", "moved", "early", "changed", "gone"]
-
-
-def directory_key(prefix: str) -> str:
-    """hash: schedule name -> the wire name of its event type."""
-    return f"{prefix}:schedules"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +61,12 @@ class ScheduleRecord:
     produced_at: int | None
     """When the latest tick's event was written."""
     now: int
+    token: int = 0
+    """The name directory's token of the declaration that wrote the record (names.py)."""
 
     @classmethod
     def parse(cls, raw: bytes | str, now: int) -> ScheduleRecord | None:
+        """The record, or None for a tombstone (the name left the type) or unreadable text."""
         try:
             fields = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -80,6 +80,7 @@ class ScheduleRecord:
             tick_id=fields["tick_id"] if isinstance(fields.get("tick_id"), str) else None,
             produced_at=_ms(fields.get("produced_at")),
             now=now,
+            token=_ms(fields.get("token")) or 0,
         )
 
 
@@ -115,17 +116,59 @@ class ScheduleInfo:
 
 
 async def declare(
-    client: RedisClient, keys: QueueKeys, prefix: str, event_type: str, name: str, spec: str
-) -> tuple[str, ScheduleRecord]:
-    """Stores the spec (the latest declaration wins); returns ('created' | 'same' | the
-    replaced spec, the record)."""
-    await within_reply_timeout(client.hset(directory_key(prefix), name, event_type))
-    outcome, now, raw = await DECLARE.run(
-        client, [keys.schedules, keys.schedule, keys.events], [name, spec]
+    client: RedisClient, prefix: str, event_type: str, name: str, spec: str
+) -> tuple[str, ScheduleRecord | None]:
+    """Stores the spec under `event_type` (the latest declaration wins; a name held by another
+    type moves, see names.py); returns ('created' | 'same' | the replaced spec, the record),
+    or ('superseded', None) when a later declaration of the name overtook this one."""
+    token, stale_types = await claim_name(client, prefix, name, event_type)
+    for stale_type in stale_types:
+        await fence(client, QueueKeys.for_type(prefix, stale_type), name, token)
+    declared = await declare_record(
+        client, QueueKeys.for_type(prefix, event_type), name, spec, token
     )
+    await settle(client, prefix, name, token)
+    return declared
+
+
+async def declare_record(
+    client: RedisClient, keys: QueueKeys, name: str, spec: str, token: int
+) -> tuple[str, ScheduleRecord | None]:
+    """Step 3 of a declaration (names.py): writes the type's record with the claim's token;
+    ('superseded', None) when a claim with a newer token fenced or wrote it meanwhile."""
+    outcome, now, raw = await DECLARE.run(
+        client, [keys.schedules, keys.schedule, keys.events], [name, spec, token]
+    )
+    if not raw:
+        return text(outcome), None
     record = ScheduleRecord.parse(raw, int(now))
     assert record is not None
     return text(outcome), record
+
+
+async def fence(client: RedisClient, keys: QueueKeys, name: str, token: int) -> bool:
+    """Turns the type's record of `name` into a tombstone of `token` and cancels its pending
+    tick, unless it was declared with that token or a newer one; True if a live record was
+    fenced (see names.py)."""
+    script_keys = [keys.schedules, keys.schedule, keys.events]
+    return int(await FENCE.run(client, script_keys, [name, token])) == 1
+
+
+async def still_owned(
+    client: RedisClient, prefix: str, event_type: str, name: str, record: ScheduleRecord
+) -> tuple[bool | None, NameEntry | None]:
+    """Whether the name directory still gives `name` to `event_type`, the check a keeper
+    makes before it produces a tick (None: the directory has no entry for the name). When
+    it does not, the type's record is fenced with the directory's token: a move or removal
+    that died before its fences left it live (names.py)."""
+    entry = await read_entry(client, prefix, name)
+    if entry is None:
+        return None, None
+    if entry.event_type == event_type:
+        return True, entry
+    if entry.token > record.token:
+        await fence(client, QueueKeys.for_type(prefix, event_type), name, entry.token)
+    return False, entry
 
 
 async def produce_tick(
@@ -136,12 +179,14 @@ async def produce_tick(
     seen_tick: int | None,
     tick: int,
     item: EnqueueItem,
+    token: int,
 ) -> tuple[TickOutcome, ScheduleRecord | None]:
-    """Writes the tick's event and records the tick, if the record still says `seen_tick`."""
+    """Writes the tick's event and records the tick, if the record still says `seen_tick`
+    and still belongs to the declaration with `token`."""
     script_keys = [keys.schedules, keys.schedule, keys.events, keys.sequence, keys.wake]
     args: list[str | int] = [
         name, spec, "" if seen_tick is None else str(seen_tick), str(tick),
-        item.id, item.payload, item.context_json, str(item.due_ms),
+        item.id, item.payload, item.context_json, str(item.due_ms), token,
     ]  # fmt: skip
     outcome, now, raw = await TICK.run(client, script_keys, args)
     record = ScheduleRecord.parse(raw, int(now)) if raw else None
@@ -158,38 +203,39 @@ async def _read(client: RedisClient, keys: QueueKeys, name: str) -> tuple[Any, A
     return await client.hget(keys.schedules, name), await client.time()
 
 
-async def remove(client: RedisClient, keys: QueueKeys, prefix: str, name: str) -> bool:
-    removed = int(await REMOVE.run(client, [keys.schedules, keys.schedule, keys.events], [name]))
-    await within_reply_timeout(client.hdel(directory_key(prefix), name))
-    return removed == 1
-
-
-async def read_directory(client: RedisClient, prefix: str) -> dict[str, str]:
-    """Every schedule name of the prefix -> its event type."""
-    entries = await within_reply_timeout(client.hgetall(directory_key(prefix)))
-    return {text(name): text(event_type) for name, event_type in entries.items()}
+async def remove_by_name(client: RedisClient, prefix: str, name: str) -> bool:
+    """Removes the schedule, whichever type holds the name (every type a half-done move may
+    have left it in, too), with its pending next tick; False if no record was live."""
+    token, stale_types = await claim_name(client, prefix, name, None)
+    removed = False
+    for stale_type in stale_types:
+        removed |= await fence(client, QueueKeys.for_type(prefix, stale_type), name, token)
+    await settle(client, prefix, name, token)
+    return removed
 
 
 async def list_schedules(client: RedisClient, prefix: str) -> list[ScheduleInfo]:
-    """Every schedule of the prefix, by name; an unusable record is logged and left out."""
+    """Every live schedule of the prefix, by name: the record of the type the directory
+    names, or, while a move is half done, a record its fences have not reached yet (the one
+    still producing ticks). An unusable record is logged and left out."""
     infos = []
-    for name, event_type in sorted((await read_directory(client, prefix)).items()):
-        record = await read_record(client, QueueKeys.for_type(prefix, event_type), name)
-        if record is None:
-            continue
-        try:
-            infos.append(info_of(name, event_type, record))
-        except ConfigurationError as exc:
-            logger.warning("schedule %r has an unusable record: %s", name, exc)
+    for name, entry in sorted((await read_entries(client, prefix)).items()):
+        for event_type in _holders(entry):
+            record = await read_record(client, QueueKeys.for_type(prefix, event_type), name)
+            if record is None:
+                continue
+            try:
+                infos.append(info_of(name, event_type, record))
+            except ConfigurationError as exc:
+                logger.warning("schedule %r has an unusable record: %s", name, exc)
+            break
     return infos
 
 
-async def remove_by_name(client: RedisClient, prefix: str, name: str) -> bool:
-    """Removes the schedule wherever the directory says it lives; False if there is none."""
-    event_type = (await read_directory(client, prefix)).get(name)
-    if event_type is None:
-        return False
-    return await remove(client, QueueKeys.for_type(prefix, event_type), prefix, name)
+def _holders(entry: NameEntry) -> list[str]:
+    """The types that may hold a live record of the name, the directory's own first."""
+    holders = [] if entry.event_type is None else [entry.event_type]
+    return holders + [t for t in entry.unsettled if t != entry.event_type]
 
 
 def info_of(name: str, event_type: str, record: ScheduleRecord) -> ScheduleInfo:

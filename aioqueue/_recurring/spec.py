@@ -90,13 +90,21 @@ class ScheduleSpec:
 
     def latest_at_or_before(self, at_ms: int) -> int | None:
         """The last tick at or before `at_ms` (None if none in cronsim's 50-year reach)."""
+        return next(self.ticks_back_from(at_ms), None)
+
+    def ticks_back_from(self, at_ms: int) -> Iterator[int]:
+        """Ticks (epoch ms) at or before `at_ms`, newest first: the way to the latest missed
+        ticks costs as many steps as ticks wanted, however long ago the last one was."""
         if self.every_ms is not None:
-            return at_ms // self.every_ms * self.every_ms
+            tick = at_ms // self.every_ms * self.every_ms
+            while True:
+                yield tick
+                tick -= self.every_ms
         assert self.cron is not None
-        start = self.tick_time(at_ms + 1)
-        for moment in CronSim(self.cron, start, reverse=True):
-            return round(moment.timestamp() * 1000)
-        return None
+        # cronsim walks back with the same DST rules as forward (checked on both change days
+        # of Europe/Paris in tests/test_catch_up.py).
+        for moment in CronSim(self.cron, self.tick_time(at_ms + 1), reverse=True):
+            yield round(moment.timestamp() * 1000)
 
 
 def _zone(tz: str) -> ZoneInfo:

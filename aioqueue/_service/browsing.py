@@ -36,9 +36,13 @@ class ServiceBrowsing(ServiceBase):
     ) -> PendingPage:
         """A page of pending events of a type, in schedule order (at most 1000).
 
-        Pass the page's `next_cursor` to get the next one; paging is stable while the queue
-        moves. `due_before` / `due_after` (aware datetimes) bound the due times listed.
-        Raises InvalidCursorError (a ValueError) for a cursor no page handed out.
+        Pass the page's `next_cursor` to get the next one, until it is None. The pages of one
+        walk list an event at most once while the queue moves: an event that stays where it
+        is is listed once, one that is dispatched, claimed, retried, rescheduled, replaced or
+        enqueued after the first page may be missing (so a page can hold fewer events than
+        `limit`, even none, and still have a next one). `due_before` / `due_after` (aware
+        datetimes) bound the due times listed. Raises InvalidCursorError (a ValueError) for a
+        cursor no page handed out.
         """
         self._ensure_open()
         layout = self._queue_of(event_class).layout

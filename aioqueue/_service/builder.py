@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aioqueue._engine.client import (
     RedisClient,
@@ -15,10 +15,17 @@ from aioqueue._engine.client import (
 )
 from aioqueue._engine.keys import MAX_PARTITIONS, validate_prefix
 from aioqueue._engine.sentinel import sentinel_settings
+from aioqueue._model.checks import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_BYTES_LIMIT,
+    checked,
+    int_in_range,
+    refuse_partitioned_serial_key,
+)
 from aioqueue._model.config import Durability, ServiceConfig
 from aioqueue._model.durations import Duration, to_seconds
 from aioqueue._model.errors import ConfigurationError
-from aioqueue._model.event import Event, event_type_name, serial_key_of
+from aioqueue._model.event import Event, event_type_name
 from aioqueue._model.instrumentation import Instrumentation, NoInstrumentation
 from aioqueue._model.metrics import Metrics, NoMetrics
 from aioqueue._model.rate_limit import RateLimit
@@ -39,9 +46,6 @@ __all__ = ["EventServiceBuilder"]
 # tens of threads overlap well, while a backlog cannot start hundreds of threads each holding
 # a connection. Raise it when the sync handlers' parallelism adds up to more.
 DEFAULT_HANDLER_THREADS = 40
-
-T = TypeVar("T")
-V = TypeVar("V")
 
 
 class _ServiceFactory(Protocol):
@@ -72,7 +76,7 @@ class EventServiceBuilder:
             "shutdown_grace": 10.0,
             "loop_blocking_threshold": 0.5,
         }
-        self._max_payload_bytes = 1024 * 1024
+        self._max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
         self._batch_size = 100
         self._handler_threads = DEFAULT_HANDLER_THREADS
         self._retry_attempts = 10
@@ -215,12 +219,7 @@ class EventServiceBuilder:
         working. Every service and producer of the type must use the same count; change it
         only on an empty queue.
         """
-        if partitions != 1 and serial_key_of(event_class) is not None:
-            raise ConfigurationError(
-                f"partitions of {event_class.__qualname__}: a type with a __serial_key__ "
-                "cannot be partitioned (its keys must live in one hash tag, or two partitions "
-                "could run events of one key at once)"
-            )
+        refuse_partitioned_serial_key(event_class, partitions)
         self._partitions[event_type_name(event_class)] = partitions
         return self
 
@@ -250,12 +249,12 @@ class EventServiceBuilder:
     def build(self) -> EventService:
         """Validates every setting and returns the service; raises ConfigurationError."""
         config = ServiceConfig(
-            prefix=_check(validate_prefix, self._prefix, "prefix"),
+            prefix=checked(validate_prefix, self._prefix, "prefix"),
             scheduling_interval=self._seconds("scheduling_interval", 0.001, 3600),
-            scheduling_batch_size=_int_in_range(
+            scheduling_batch_size=int_in_range(
                 "scheduling_batch_size", self._batch_size, 1, 10_000
             ),
-            retry_attempts=_int_in_range("retry_attempts", self._retry_attempts, 1, 1_000_000),
+            retry_attempts=int_in_range("retry_attempts", self._retry_attempts, 1, 1_000_000),
             polling_timeout=self._seconds("polling_timeout", 0.01, 3600),
             handler_timeout=self._seconds("handler_timeout", 0.001, 7 * 24 * 3600),
             shutdown_grace=self._seconds("shutdown_grace", 0, 3600),
@@ -264,14 +263,14 @@ class EventServiceBuilder:
             serializer=self._serializer,
             metrics=self._metrics,
             instrumentation=self._instrumentation,
-            max_payload_bytes=_int_in_range(
-                "max_payload_bytes", self._max_payload_bytes, 1, 512 * 1024 * 1024
+            max_payload_bytes=int_in_range(
+                "max_payload_bytes", self._max_payload_bytes, 1, MAX_PAYLOAD_BYTES_LIMIT
             ),
             loop_blocking_threshold=self._seconds("loop_blocking_threshold", 0, 3600),
-            handler_threads=_int_in_range("handler_threads", self._handler_threads, 1, 10_000),
+            handler_threads=int_in_range("handler_threads", self._handler_threads, 1, 10_000),
             partitions=MappingProxyType(
                 {
-                    event_type: _int_in_range(
+                    event_type: int_in_range(
                         f"partitions of {event_type}", count, 1, MAX_PARTITIONS
                     )
                     for event_type, count in self._partitions.items()
@@ -283,10 +282,10 @@ class EventServiceBuilder:
         if self._client is not None:
             return self._factory(config, self._client, owns_client=False)
         if self._sentinels is not None:
-            settings = _check(lambda s: sentinel_settings(*s), self._sentinels, "sentinel")
+            settings = checked(lambda s: sentinel_settings(*s), self._sentinels, "sentinel")
             client = service_client_of_sentinels(settings)
         elif self._url is not None:
-            client = _check(service_client_from_url, self._url, "url")
+            client = checked(service_client_from_url, self._url, "url")
         else:
             raise ConfigurationError(
                 "set a Redis connection with .client(...), .url(...) or .sentinel(...)"
@@ -294,7 +293,7 @@ class EventServiceBuilder:
         return self._factory(config, client, owns_client=True)
 
     def _checked_rate_limits(self) -> dict[str, RateLimit]:
-        checked = {}
+        limits = {}
         for event_type, (limit, per) in self._rate_limits.items():
             name = f"rate limit of {event_type}"
             if self._partitions.get(event_type, 1) > 1:
@@ -303,30 +302,16 @@ class EventServiceBuilder:
                     "count its own starts)"
                 )
             label = f"{name} per"
-            seconds = _check(functools.partial(to_seconds, name=label), per, label)
+            seconds = checked(functools.partial(to_seconds, name=label), per, label)
             if not 0.001 <= seconds <= 24 * 3600:
                 raise ConfigurationError(f"{name}: per must be 1 ms to 1 day, got {per!r}")
-            count = _int_in_range(f"{name} limit", limit, 1, 1_000_000)
-            checked[event_type] = RateLimit(count, round(seconds * 1000))
-        return checked
+            count = int_in_range(f"{name} limit", limit, 1, 1_000_000)
+            limits[event_type] = RateLimit(count, round(seconds * 1000))
+        return limits
 
     def _seconds(self, name: str, low: float, high: float) -> float:
         value = self._durations[name]
-        seconds = _check(lambda v: to_seconds(v, name), value, name)
+        seconds = checked(lambda v: to_seconds(v, name), value, name)
         if not low <= seconds <= high:
             raise ConfigurationError(f"{name} must be between {low} and {high} s, got {value!r}")
         return seconds
-
-
-def _int_in_range(name: str, value: int, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigurationError(f"{name} must be an integer from {low} to {high}, got {value!r}")
-    return value
-
-
-def _check(convert: Callable[[V], T], value: V, name: str) -> T:
-    """Runs a validating conversion, turning its TypeError/ValueError into a config error."""
-    try:
-        return convert(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"invalid {name}: {exc}") from exc

@@ -50,8 +50,10 @@ class ServiceSchedules(ServiceBase):
         `tz` and must derive the event's id from it; it is called once here, with the next
         tick, to learn the event type, so it must have no side effects. `misfire` says what
         happens to ticks missed while no service ran: "skip" them, produce "once" (the latest,
-        now; the default), or "all" of them (at most `max_catch_up`). Works before and while
-        the service runs; the most recent declaration of a name wins.
+        now; the default), or "all" of them (the latest `max_catch_up`). Works before and
+        while the service runs. A name is unique per prefix and its most recent declaration
+        wins: declared with an event of another type, the name moves, and the other type's
+        schedule and its pending tick are removed before this one's first tick.
         """
         self._ensure_open()
         if not isinstance(name, str) or not name or len(name) > 200:
@@ -87,8 +89,9 @@ class ServiceSchedules(ServiceBase):
             self._start_keeper(registration)
 
     async def remove_schedule(self, name: str) -> bool:
-        """Stops the schedule everywhere: its record and its pending next tick are deleted
-        (every service's keeper then stops). False when Redis held no such schedule."""
+        """Stops the schedule everywhere, whichever event type holds the name: its record
+        and its pending next tick are deleted (every service's keeper then stops). False
+        when Redis held no such schedule."""
         self._ensure_open()
         registration = self._schedules.pop(name, None)
         if registration is not None:

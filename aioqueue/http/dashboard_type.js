@@ -66,7 +66,11 @@ function renderPending(page) {
   const body = document.querySelector("#pending tbody");
   body.replaceChildren();
   if (!page.events.length) {
-    cell(body.insertRow(), "nothing scheduled", "empty").colSpan = 6;
+    // A page of a walk leaves out what moved since its first page, and may hold none of a
+    // long run of such events while more follow (see pending_page in _engine/browse.py).
+    const text = page.next_cursor ? "none here (events that moved since the first page are " +
+                                    "left out): Next goes on" : "nothing scheduled";
+    cell(body.insertRow(), text, "empty").colSpan = 6;
   }
   for (const entry of page.events) {
     const event = {type: typeView.type, id: entry.id};

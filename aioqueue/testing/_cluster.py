@@ -99,9 +99,12 @@ class EmbeddedCluster:
 
     @property
     def live_nodes(self) -> list[EmbeddedServer]:
+        """The nodes whose process is running (not killed, or restarted since)."""
         return [node for node in self.nodes if node.pid is not None]
 
     def node_on(self, port: int) -> EmbeddedServer:
+        """The node listening on `port`, as a cluster client names it (e.g. the master of a
+        slot); KeyError for a port no node of this cluster has."""
         for node in self.nodes:
             if node.port == port:
                 return node

@@ -80,6 +80,8 @@ class CuttingProxy:
         self._upstream_refused = 0
 
     def statistics(self) -> ProxyStatistics:
+        """Connections accepted so far, open now, cut (by `cut()` or `cut_all()`), and
+        refused by the server behind the proxy, as a snapshot."""
         return ProxyStatistics(
             accepted=self._accepted,
             open=len(self._links),

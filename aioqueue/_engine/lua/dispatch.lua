@@ -9,7 +9,9 @@
 --   held by another live event is parked in serial_waiting instead (out of the schedule, no
 --   attempt spent) until that event settles; see the serial keys section of _prelude.lua
 -- KEYS[12] counts (optional, with 9-11): its `under_way` (envelopes with `due_at`, see
---   count_under_way in _prelude.lua) follows the attempts this call starts, ends or parks
+--   count_under_way in _prelude.lua) follows the attempts this call starts, ends or parks,
+--   and each pushed envelope gets the next number of its move clock as `moved` and `pushed`
+--   (see take_moves in _prelude.lua)
 -- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
 -- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
 -- lost worker only delays the event) and push its delivery (the envelope with its id). An
@@ -145,6 +147,9 @@ if #due > 0 then
   end
   -- One HMGET, and below one HSET, ZADD and RPUSH, for the whole batch (see call_chunked).
   local stored = hmget_all(KEYS[2], ids)
+  -- A number for every event that may be pushed, in push order; those parked or buried
+  -- leave gaps, which cost nothing.
+  local next_move = take_moves(KEYS[12], #ids)
   local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
   for n, id in ipairs(ids) do
     local raw = stored[n]
@@ -216,6 +221,10 @@ if #due > 0 then
             end
             envelope.attempt = attempt + 1
             envelope.due_at = score
+            if next_move then
+              envelope.moved, envelope.pushed = next_move, next_move
+              next_move = next_move + 1
+            end
             local encoded = cjson.encode(envelope)
             rewritten[#rewritten + 1] = id
             rewritten[#rewritten + 1] = encoded

@@ -5,7 +5,8 @@
 --   buried event that held a serial key frees it; a retry keeps it (later events of its
 --   value wait for the retry)
 -- KEYS[8] counts (optional, with 5-7): this attempt leaves its `under_way` (see
---   count_under_way in _prelude.lua)
+--   count_under_way in _prelude.lua); a retry's move takes a number of its move clock
+--   (`moved`, see take_moves)
 -- ARGV[1] id   ARGV[2] delivered version   ARGV[3] error text   ARGV[4] retry delay ms
 -- ARGV[5] max attempts   ARGV[6] '1' to bury now
 -- Returns 'retry', 'dead', or 'stale' when the event was cancelled or replaced meanwhile.
@@ -33,6 +34,8 @@ envelope.error = ARGV[3]
 -- Only an event whose attempt is under way carries `due_at`, which is how `aioqueue stats`
 -- tells in-flight events from those waiting for their retry.
 envelope.due_at = nil
+envelope.pushed = nil  -- its delivery was claimed: nothing of it is in the ready list
+envelope.moved = take_moves(KEYS[8], 1) or envelope.moved
 redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), id)
 return 'retry'

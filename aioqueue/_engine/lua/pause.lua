@@ -5,7 +5,8 @@
 -- Handlers already running finish as usual.
 -- KEYS[1] paused   KEYS[2] ready   KEYS[3] schedule   KEYS[4] events
 -- KEYS[5] counts (optional): the returned deliveries leave its `under_way` (see
---   count_under_way in _prelude.lua)
+--   count_under_way in _prelude.lua), and each move back takes a number of its move clock
+--   (`moved`, see take_moves)
 -- Returns how many waiting deliveries went back to the schedule.
 -- The flag is a hash field (`paused` -> server time of the pause, ms), and the ready list is
 -- emptied by LPOP, so a service's ACL user needs no command beyond what the queue needs.
@@ -27,6 +28,8 @@ for _, raw in ipairs(copies) do
       local attempt = math.max(0, (tonumber(envelope.attempt) or 1) - 1)
       envelope.attempt = attempt > 0 and attempt or nil  -- 0 is left out (see write_event)
       envelope.due_at = nil
+      envelope.pushed = nil  -- taken out of the ready list
+      envelope.moved = take_moves(KEYS[5], 1) or envelope.moved
       redis.call('HSET', KEYS[4], id, cjson.encode(envelope))
       redis.call('ZADD', KEYS[3], due, id)
       returned = returned + 1

@@ -24,6 +24,7 @@ envelope.died_at = nil
 envelope.due_at = nil
 envelope.parked = nil  -- left by a dispatch that parked it on its serial key
 envelope.since = nil  -- a requeued event starts afresh, also as a debounce series
+envelope.moved, envelope.pushed = nil, nil  -- its new version dates it (see page.lua)
 -- Written with the keys write_event uses, whichever the dead letter was stored with.
 envelope.p, envelope.payload = payload_of(envelope), nil
 envelope.v, envelope.version = redis.call('INCR', KEYS[3]), nil

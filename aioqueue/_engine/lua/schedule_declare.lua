@@ -1,24 +1,40 @@
--- Declares a recurring schedule, or changes its spec: the latest declaration wins.
+-- Declares a recurring schedule under one event type, or changes its spec: the latest
+-- declaration wins.
 -- KEYS[1] schedules (hash: name -> record)   KEYS[2] schedule   KEYS[3] events
 -- ARGV[1] name   ARGV[2] spec (see aioqueue/_recurring/spec.py: 'cron <expr> <tz>' or
---   'every <ms>')
--- Returns {outcome, server now ms, record JSON}: outcome 'created', 'same', or the spec it
--- replaced. A replaced spec's pending next tick is cancelled (unless an attempt of it has
--- started), and the new spec's ticks start after now: no tick of the old spec fires after
--- the change reached Redis.
+--   'every <ms> <tz>')   ARGV[3] the token the name directory gave this declaration (see
+--   schedule_name_claim.lua; the record keeps it)
+-- Returns {outcome, server now ms, record JSON or false}: outcome 'created', 'same', the spec
+-- it replaced, or 'superseded' (nothing written: a declaration with a newer token fenced or
+-- wrote this record meanwhile). A replaced spec's pending next tick is cancelled (unless an
+-- attempt of it has started), and the new spec's ticks start after now: no tick of the old
+-- spec fires after the change reached Redis.
 local now = server_time_ms()
-local name, spec = ARGV[1], ARGV[2]
+local name, spec, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local raw = redis.call('HGET', KEYS[1], name)
-local ok, record = false, nil
-if raw then
-  ok, record = pcall(cjson.decode, raw)
+local record = raw and decoded_object(raw) or nil  -- nil, never false
+if record and record.spec == nil then
+  -- A tombstone (schedule_fence.lua): the name left this type, or was removed.
+  if (tonumber(record.fenced) or 0) >= token then
+    return {'superseded', now, false}
+  end
+  record = nil
 end
-if ok and type(record) == 'table' and record.spec == spec then
+if record and (tonumber(record.token) or 0) > token then
+  return {'superseded', now, false}
+end
+if record and record.spec == spec then
+  if (tonumber(record.token) or 0) ~= token then
+    -- The same schedule, declared again through a newer claim of the name: its ticks go on.
+    record.token = token
+    raw = cjson.encode(record)
+    redis.call('HSET', KEYS[1], name, raw)
+  end
   return {'same', now, raw}
 end
 local outcome = 'created'
-local fresh = {spec = spec, declared_at = now}
-if ok and type(record) == 'table' then
+local fresh = {spec = spec, declared_at = now, token = token}
+if record then
   outcome = tostring(record.spec)
   cancel_pending_tick(KEYS[2], KEYS[3], record.tick_id, now)
   fresh.tick = now

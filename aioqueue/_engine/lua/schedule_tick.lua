@@ -6,22 +6,24 @@
 -- ARGV[1] name   ARGV[2] spec   ARGV[3] the tick the caller read ('' when none yet)
 -- ARGV[4] the tick to produce (ms)   ARGV[5] event id   ARGV[6] payload (JSON text)
 -- ARGV[7] context (JSON object of strings)   ARGV[8] due (ms, server clock)
+-- ARGV[9] the record's token as the caller read it (see schedule_name_claim.lua)
 -- Returns {outcome, server now ms, record JSON or false}: 'produced' (the event is
 -- scheduled), 'kept' (an event with that id was pending already and is kept: the tick is
 -- recorded all the same), 'moved' (another service produced a tick meanwhile: nothing
 -- written), 'early' (the latest tick is still to come: nothing written), 'changed' (the
--- stored spec is another one: nothing written), 'gone' (removed).
+-- stored spec, or the declaration it belongs to, is another one: nothing written), 'gone'
+-- (removed, or the name moved to another event type).
 local now = server_time_ms()
 local name = ARGV[1]
 local raw = redis.call('HGET', KEYS[1], name)
 if not raw then
   return {'gone', now, false}
 end
-local ok, record = pcall(cjson.decode, raw)
-if not ok or type(record) ~= 'table' then
-  return {'gone', now, false}
+local record = decoded_object(raw)
+if not record or record.spec == nil then
+  return {'gone', now, false}  -- unreadable, or a tombstone (schedule_fence.lua)
 end
-if record.spec ~= ARGV[2] then
+if record.spec ~= ARGV[2] or (tonumber(record.token) or 0) ~= tonumber(ARGV[9]) then
   return {'changed', now, raw}
 end
 local seen = record.tick and tostring(record.tick) or ''

@@ -1,0 +1,1 @@
+"""Producing from blocking code (no event loop): the SyncProducer."""

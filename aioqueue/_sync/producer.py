@@ -1,0 +1,319 @@
+"""SyncProducer: schedules, cancels and reschedules events from code without an event loop
+(Django and Flask views, scripts, Celery tasks), on a blocking redis-py client.
+
+It writes exactly what an EventService writes: every argument is checked and every script
+call built by _engine/writes.py, each event class resolved once by _engine/event_types.py
+(registry, published schema, serial key), and every conversation with Redis run as steps
+(_engine/steps.py) by `run_steps_sync`. Only the driver differs; nothing here encodes,
+validates or builds a script argument of its own.
+
+Threads and processes:
+- One producer serves every thread of a process: redis-py's connection pool hands each
+  call a connection of its own, under a lock. The producer's own state is its settings and
+  the records of the classes it resolved; two threads resolving one class at once both run
+  the (idempotent) resolution and store equal records, so no lock is needed, and none can be
+  left held by a fork.
+- A producer made before `fork` (gunicorn --preload, Celery's prefork pool) works in the
+  children: each redis-py pool notices the new pid on its next use and starts over with new
+  connections, and a child closing an inherited connection only closes its own copy of the
+  socket (shutdown is left to the process that opened it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from types import MappingProxyType, TracebackType
+from typing import TypeVar
+
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+from aioqueue._engine.client import SyncRedisClient, producer_client_from_url
+from aioqueue._engine.event_types import EventTypeRecord, EventTypes
+from aioqueue._engine.keys import MAX_PARTITIONS, validate_prefix
+from aioqueue._engine.recovery import logger
+from aioqueue._engine.steps import Steps, run_steps_sync
+from aioqueue._engine.writes import (
+    DueTime,
+    EnqueueItem,
+    cancel_steps,
+    context_json,
+    enqueue_many_steps,
+    enqueue_steps,
+    event_item,
+    max_wait_ms,
+    reschedule_steps,
+)
+from aioqueue._model.checks import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_BYTES_LIMIT,
+    checked,
+    int_in_range,
+    refuse_partitioned_serial_key,
+)
+from aioqueue._model.config import ProducerConfig
+from aioqueue._model.durations import Duration
+from aioqueue._model.errors import ConfigurationError, ServiceStateError
+from aioqueue._model.event import Event, event_type_name
+from aioqueue._model.instrumentation import Instrumentation, NoInstrumentation
+from aioqueue._model.metrics import Metrics, NoMetrics
+from aioqueue._model.serializer import JsonSerializer, Serializer
+
+__all__ = ["SyncProducer"]
+
+R = TypeVar("R")
+
+
+class SyncProducer:
+    """Schedules events from blocking code, the way `EventService.enqueue` does.
+
+        producer = SyncProducer("redis://localhost:6379")
+        producer.enqueue(PaymentCheck(id="p-1", order_id=42), timedelta(hours=3))
+
+    Give a `url` (the producer connects, and closes the client in `close()`) or a redis-py
+    `client` you own (never closed here): `redis.Redis` or `redis.cluster.RedisCluster`.
+    A client made from a URL waits at most 5 s to connect and for each reply, unless the URL
+    sets `socket_timeout` / `socket_connect_timeout`. The other settings mean what they mean
+    on `EventService.builder()`: `partitions` maps event classes to their partition count
+    (any other class is written with the count the prefix's registry records).
+
+    Thread-safe and fork-safe (see the module's docstring); it never starts an event loop.
+    Redis errors (`redis.exceptions.ConnectionError`, `TimeoutError`) reach the caller.
+    """
+
+    __slots__ = ("_client", "_closed", "_config", "_owns_client", "_types")
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: SyncRedisClient | None = None,
+        prefix: str = "aioqueue",
+        partitions: Mapping[type[Event], int] | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        serializer: Serializer | None = None,
+        instrumentation: Instrumentation | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if (url is None) == (client is None):
+            raise ConfigurationError("give SyncProducer a Redis url or a client (one of them)")
+        self._config = ProducerConfig(
+            prefix=checked(validate_prefix, prefix, "prefix"),
+            serializer=JsonSerializer() if serializer is None else serializer,
+            metrics=NoMetrics() if metrics is None else metrics,
+            instrumentation=NoInstrumentation() if instrumentation is None else instrumentation,
+            max_payload_bytes=int_in_range(
+                "max_payload_bytes", max_payload_bytes, 1, MAX_PAYLOAD_BYTES_LIMIT
+            ),
+            partitions=MappingProxyType(_partition_counts(partitions or {})),
+        )
+        # Settings first: a producer refused for its settings has opened no connection.
+        if client is None:
+            assert url is not None
+            self._client = checked(producer_client_from_url, url, "url")
+            self._owns_client = True
+        elif isinstance(client, (AsyncRedis, AsyncRedisCluster)):
+            raise ConfigurationError(
+                "SyncProducer needs a blocking client (redis.Redis or "
+                "redis.cluster.RedisCluster); an asyncio client belongs to "
+                "EventService.builder().client(...)"
+            )
+        else:
+            self._client, self._owns_client = client, False
+        self._types = EventTypes(
+            self._config.prefix,
+            self._config.serializer,
+            self._config.partitions,
+            default_partitions=None,
+        )
+        self._closed = False
+
+    @property
+    def config(self) -> ProducerConfig:
+        """The producer's settings, checked and frozen."""
+        return self._config
+
+    def enqueue(
+        self,
+        event: Event,
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+        max_wait: Duration | None = None,
+    ) -> bool:
+        """Schedules `event` after `delay` (timedelta or seconds) or at `at` (aware datetime).
+
+        True when scheduled, False when an event of that type and id was pending and was
+        kept; `replace=True` overwrites it, and with `max_wait` too it is a bounded debounce
+        (exactly as `EventService.enqueue`). Bad input raises InvalidEnqueueError (or its
+        InvalidEventError, PayloadTooLargeError) before anything is written.
+        """
+        return self.prepare(event, delay, at=at, context=context, replace=replace,
+                            max_wait=max_wait)()  # fmt: skip
+
+    def prepare(
+        self,
+        event: Event,
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+        max_wait: Duration | None = None,
+    ) -> Callable[[], bool]:
+        """Checks and encodes an enqueue now; the function it returns writes it when called,
+        and returns what `enqueue` would.
+
+        For writing after something else succeeded, such as a database commit
+        (`transaction.on_commit(producer.prepare(...))`, see aioqueue.django): bad input
+        fails here, where the event is decided, and not at the commit. A `delay` counts from
+        the call of the returned function, on the server's clock.
+        """
+        self._ensure_open()
+        due = DueTime.of(delay, at)
+        bound = max_wait_ms(max_wait, replace=replace)
+        item = self._item(event, due, self._context(context))
+        event_class = type(event)
+
+        def write() -> bool:
+            return self._enqueue_item(event_class, item, replace, bound)
+
+        # The name callers log it by (Django's robust on_commit names the failed function).
+        write.__qualname__ = f"enqueue of {event_class.__qualname__} {item.id!r}"
+        return write
+
+    def enqueue_many(
+        self,
+        events: Iterable[Event],
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+        max_wait: Duration | None = None,
+    ) -> list[bool]:
+        """Schedules many events with one due time and context, in a few pipelined script
+        calls; returns, per event in order, what `enqueue` would have. Every event is checked
+        before anything is written."""
+        self._ensure_open()
+        due = DueTime.of(delay, at)
+        bound = max_wait_ms(max_wait, replace=replace)
+        context_text = self._context(context)
+        items = [(type(event), self._item(event, due, context_text)) for event in events]
+        writes = []
+        for event_class, item in items:
+            record = self._record(event_class)
+            writes.append((record.layout.keys_for(item.id), record.event_type, item))
+        scheduled = self._write(
+            enqueue_many_steps(self._client, writes, replace=replace, max_wait_ms=bound)
+        )
+        for (_, event_type, _), was_scheduled in zip(writes, scheduled, strict=True):
+            self._config.metrics.event_enqueued(event_type, scheduled=was_scheduled)
+        return scheduled
+
+    def cancel(self, event_class: type[Event], event_id: str) -> bool:
+        """Removes a pending event; once this returns, no handler will be handed it (one
+        already running it is not interrupted). False if none with that id was pending."""
+        self._ensure_open()
+        keys = self._record(event_class).layout.keys_for(event_id)
+        return self._write(cancel_steps(self._client, keys, event_id))
+
+    def reschedule(
+        self,
+        event_class: type[Event],
+        event_id: str,
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+    ) -> bool:
+        """Moves a pending event to a new due time, `delay` from now or `at`, keeping its
+        payload, context and attempt count, in one atomic step. False for an unknown id, a
+        dead event, or one whose attempt is under way."""
+        self._ensure_open()
+        due = DueTime.of(delay, at)
+        layout = self._record(event_class).layout
+        result = self._write(reschedule_steps(self._client, layout, event_id, due))
+        if result == "in_flight":
+            logger.info(
+                "not rescheduling %s %r: an attempt is under way",
+                event_class.__qualname__,
+                event_id,
+            )
+        return result == "moved"
+
+    def close(self) -> None:
+        """Closes the client if the producer made it (from a URL); later calls raise
+        ServiceStateError. Closing twice is fine."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> SyncProducer:
+        self._ensure_open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<SyncProducer prefix={self._config.prefix!r} {state}>"
+
+    def _enqueue_item(
+        self, event_class: type[Event], item: EnqueueItem, replace: bool, bound: int | None
+    ) -> bool:
+        self._ensure_open()
+        record = self._record(event_class)
+        [scheduled] = self._write(
+            enqueue_steps(
+                self._client, record.layout.keys_for(item.id), record.event_type, [item],
+                replace=replace, max_wait_ms=bound,
+            )
+        )  # fmt: skip
+        self._config.metrics.event_enqueued(record.event_type, scheduled=scheduled)
+        return scheduled
+
+    def _item(self, event: Event, due: DueTime, context: str) -> EnqueueItem:
+        config = self._config
+        return event_item(config.serializer, config.max_payload_bytes, event, due, context)
+
+    def _context(self, context: Mapping[str, str] | None) -> str:
+        return context_json(self._config.instrumentation.enqueue_context(context))
+
+    def _record(self, event_class: type[Event]) -> EventTypeRecord:
+        """The class as resolved on its first use (registry, schema, serial key)."""
+        record = self._types.known(event_class)
+        if record is None:
+            record = run_steps_sync(self._client, self._types.resolve(event_class))
+        return record
+
+    def _write(self, steps: Steps[R]) -> R:
+        """Runs one write (enqueue, cancel, reschedule): every write passes here, so a
+        setting that must follow each write has one place to go. (Waiting for replicas to
+        confirm a write, WAIT, must run on the connection that wrote; run_steps_sync takes
+        a pooled connection per step, so such a setting would hold one for the steps.)"""
+        return run_steps_sync(self._client, steps)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise ServiceStateError("this SyncProducer is closed")
+
+
+def _partition_counts(partitions: Mapping[type[Event], int]) -> dict[str, int]:
+    """Partition counts by wire name, checked as the builder's `.partitions()` checks them."""
+    counts = {}
+    for event_class, count in partitions.items():
+        event_type = event_type_name(event_class)
+        refuse_partitioned_serial_key(event_class, count)
+        counts[event_type] = int_in_range(f"partitions of {event_type}", count, 1, MAX_PARTITIONS)
+    return counts

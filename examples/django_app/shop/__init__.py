@@ -1,0 +1,1 @@
+"""The example shop: one Django app that is also its project."""
