@@ -34,7 +34,7 @@ def replicated_pair(
     binary: pathlib.Path | None = None, extra_args: Sequence[str] = ()
 ) -> Iterator[tuple[EmbeddedServer, EmbeddedServer]]:
     """A primary and its replica, the replica in sync when this yields; both stopped after
-    (a frozen replica resumed first, so it stops at once)."""
+    (resumed first if frozen, so that they stop at once)."""
     # A first sync would otherwise wait 5 s for more replicas to join it (either may become
     # the primary in a test).
     args = ["--repl-diskless-sync-delay", "0", *extra_args]
@@ -47,7 +47,10 @@ def replicated_pair(
         wait_for_replicas(primary, [replica])
         yield primary, replica
     finally:
+        # Either may be frozen (a test may have swapped their roles): a frozen server would
+        # take SIGTERM only after its stop's 5 s grace.
         resume(replica)
+        resume(primary)
         replica.stop()
         primary.stop()
 

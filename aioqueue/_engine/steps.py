@@ -252,7 +252,7 @@ def _cluster_pipeline_sync(client: SyncRedisCluster, step: Pipeline) -> Any:
             for command in confirm:
                 pipe.execute_command(*command)  # type: ignore[no-untyped-call]
             node_replies = pipe.execute(raise_on_error=False)
-        for position, reply in zip(positions, node_replies, strict=False):
+        for position, reply in zip(positions, node_replies[: len(positions)], strict=True):
             replies[position] = reply
         if confirm:
             confirmations.append(Confirmation(positions, node_replies[len(positions) :]))
