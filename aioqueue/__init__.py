@@ -10,10 +10,11 @@ From blocking code (Django, Flask, scripts): SyncProducer(url).enqueue(event, de
 
 from ._engine.browse import EventInfo, PendingEvent, PendingPage
 from ._engine.envelope import DeadLetter
-from ._model.config import ProducerConfig, ServiceConfig
+from ._model.config import Durability, ProducerConfig, ServiceConfig
 from ._model.errors import (
     AioqueueError,
     ConfigurationError,
+    DurabilityError,
     EventDefinitionError,
     HandlerRegistrationError,
     InvalidCursorError,
@@ -40,6 +41,8 @@ __all__ = [
     "AioqueueError",
     "ConfigurationError",
     "DeadLetter",
+    "Durability",
+    "DurabilityError",
     "Event",
     "EventDefinitionError",
     "EventInfo",

@@ -108,7 +108,17 @@ class Row:
 
 
 PEER_SYSTEMS = ("arq", "saq", "streaq", "bullmq", "bullmq-node")
-SCENARIOS = ("enqueue", "drain", "lateness", "memory", "ceiling", "backlog", "idle", "cluster")
+SCENARIOS = (
+    "enqueue",
+    "drain",
+    "lateness",
+    "memory",
+    "ceiling",
+    "backlog",
+    "idle",
+    "cluster",
+    "durable",
+)
 
 
 def plan(
@@ -161,12 +171,15 @@ def plan(
     bullmq_node = Row(BULLMQ_NODE, "bullmq-node", "system_bullmq_node.py", bullmq_python)
     peers = [streaq, bullmq, bullmq_node]
     # Durable enqueue (issue 28) runs on a primary with a replica of its own (see
-    # system_aioqueue.py), so it is shown beside the same enqueue on such a pair without it.
+    # system_aioqueue.py), so it is shown beside the same enqueue on such a pair without it:
+    # a scenario of its own, since no peer has durability.
     durable = [
         Row("aioqueue, primary + replica", "aioqueue", "system_aioqueue.py", ours,
             "replica_attached"),
         Row("aioqueue, durability(replicas=1)", "aioqueue", "system_aioqueue.py", ours,
             "durable"),
+        Row("aioqueue enqueue_many, primary + replica", "aioqueue", "system_aioqueue.py",
+            ours, "replica_attached_many"),
         Row("aioqueue enqueue_many, durability(replicas=1)", "aioqueue", "system_aioqueue.py",
             ours, "durable_many"),
     ] if with_durability else []  # fmt: skip
@@ -186,7 +199,6 @@ def plan(
             aioqueue,
             *uvloop_rows,
             *([many] if with_enqueue_many else []),
-            *durable,
             *(sync_rows if with_sync_producer else []),
             arq,
             saq,
@@ -215,12 +227,14 @@ def plan(
         "backlog": [aioqueue, arq_spinning, saq, *peers],
         "idle": [aioqueue, arq, saq, *peers],
         "cluster": cluster,
+        "durable": durable,
     }
 
 
 def scenario_arguments(scenario: str, sizes: Sizes) -> tuple[list[str], float]:
     """Command-line arguments for one scenario, and how long it may take (seconds)."""
-    if scenario == "enqueue":
+    if scenario in ("enqueue", "durable"):
+        # Durable rows start a primary and a replica of their own first (a few seconds).
         events = sizes.enqueue_events
         return ["enqueue", "--events", str(events)], events / 500 + 60
     if scenario == "drain":

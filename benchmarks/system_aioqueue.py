@@ -75,9 +75,10 @@ DUE_KEY = "bench_due"
 # primary with one replica started for the run, not on the driver's server: a replica attached
 # there would leave a replication backlog behind, which later memory readings would count.
 REPLICA_ATTACHED = "replica_attached"
+REPLICA_ATTACHED_MANY = "replica_attached_many"
 DURABLE = "durable"
 DURABLE_MANY = "durable_many"
-REPLICATED = (REPLICA_ATTACHED, DURABLE, DURABLE_MANY)
+REPLICATED = (REPLICA_ATTACHED, REPLICA_ATTACHED_MANY, DURABLE, DURABLE_MANY)
 DURABILITY_METHOD = "durability"
 # Generous, so that a loaded machine shows up as a slower rate, not as failed enqueues.
 DURABILITY_TIMEOUT = timedelta(seconds=5)
@@ -182,8 +183,9 @@ class AioqueueSystem:
             *([SYNC_HANDLER] if hasattr(EventServiceBuilder, "handler_threads") else []),
             *([RATE_LIMITED] if hasattr(EventServiceBuilder, "rate_limit") else []),
             SERIAL_KEYS,
-            # The baseline of the durable rows needs nothing new, so it can be run by hand.
+            # The baselines of the durable rows need nothing new, so they can be run by hand.
             REPLICA_ATTACHED,
+            REPLICA_ATTACHED_MANY,
             *([DURABLE, DURABLE_MANY] if has_durability() else []),
             *([UVLOOP] if importlib.util.find_spec("uvloop") is not None else []),
         ]
@@ -219,7 +221,7 @@ class AioqueueSystem:
             async with service:
                 yield AioqueueProducer(
                     service,
-                    many=variant in (ENQUEUE_MANY, DURABLE_MANY),
+                    many=variant in (ENQUEUE_MANY, REPLICA_ATTACHED_MANY, DURABLE_MANY),
                     tag_due_times=tag_due_times,
                     keyed=variant == SERIAL_KEYS,
                 )
@@ -357,19 +359,30 @@ async def replicated_server() -> AsyncIterator[str]:
 
 
 async def wait_for_replica(url: str) -> None:
-    """Returns once the primary at `url` has a replica online (its first sync done)."""
-    client = redis.asyncio.Redis.from_url(url)
+    """Returns once the primary at `url` has a replica online (its first sync done) that has
+    acknowledged a write: from Redis 7.0 (and in Valkey) a primary streams writes to a freshly
+    synced replica only after the replica's first acknowledgement, which its once-a-second
+    timer sends, so the first durable enqueues would otherwise wait up to a second."""
+    client = redis.asyncio.Redis.from_url(url, single_connection_client=True)
     try:
         deadline = time.monotonic() + REPLICA_LINK_TIMEOUT
-        while time.monotonic() < deadline:
+        while True:
             replication = await client.info("replication")
             replica = replication.get("slave0")
             if isinstance(replica, dict) and replica.get("state") == "online":
-                return
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no replica came online within {REPLICA_LINK_TIMEOUT:g} s")
             await asyncio.sleep(0.02)
+        # A write of this connection, removed again, for WAIT to count the acknowledgement.
+        await client.set("replication-probe", "1")
+        await client.delete("replication-probe")
+        if await client.wait(1, round(REPLICA_LINK_TIMEOUT * 1000)) < 1:
+            raise RuntimeError(
+                f"the replica acknowledged nothing within {REPLICA_LINK_TIMEOUT:g} s"
+            )
     finally:
         await client.aclose()
-    raise RuntimeError(f"no replica came online within {REPLICA_LINK_TIMEOUT:g} s")
 
 
 def _queue_keys(client: redis.asyncio.Redis) -> QueueKeys:

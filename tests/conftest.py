@@ -32,6 +32,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._engine.client import RedisClient, client_from_url
+from aioqueue._engine.durability import DurableCalls
 from aioqueue._engine.scripts import LuaScript
 from aioqueue._engine.steps import Steps
 from aioqueue.testing import EmbeddedCluster, EmbeddedServer, find_server_binary
@@ -269,9 +270,10 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
         script: LuaScript,
         client: object,
         pipelined: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
+        durable: DurableCalls | None = None,
     ) -> Steps[list[Any]]:
         calls.extend(ScriptCall(script.name, list(keys), list(args)) for keys, args in pipelined)
-        return original_pipelined(script, client, pipelined)
+        return original_pipelined(script, client, pipelined, durable)
 
     monkeypatch.setattr(LuaScript, "steps", recording_steps)
     monkeypatch.setattr(LuaScript, "pipelined_steps", recording_pipelined)

@@ -211,6 +211,8 @@ MATRIX_MODULES = frozenset(
         "test_browse",
         "test_dead_letters",  # retries and dead letters
         "test_delivery",
+        "test_durability",  # WAIT everywhere, WAITAOF from 7.2, EVALSHA on 6.2
+        "test_durability_failover",  # its Sentinel runs
         "test_pause",  # flow control: pause, rate limits, serial keys
         "test_rate_limit",
         "test_schedules",  # recurring events
@@ -236,6 +238,7 @@ CORE_TESTS = frozenset(
         "test_delivery::test_due_times_follow_the_server_clock_not_the_local_one",
         "test_delivery::test_services_sharing_a_queue_deliver_each_event_exactly_once",
         "test_delivery::test_success_deletes_only_the_version_that_was_delivered",
+        "test_durability::test_a_frozen_replica_makes_every_durable_write_fail_until_it_resumes",
         "test_pause::test_nothing_is_handled_while_paused_and_all_in_due_order_after",
         "test_rate_limit::test_the_recorded_limit_holds_for_a_service_configured_otherwise",
         "test_schedules::test_missed_ticks_follow_the_misfire_policy",

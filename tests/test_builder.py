@@ -9,6 +9,7 @@ import pytest
 
 from aioqueue import (
     ConfigurationError,
+    Durability,
     EventService,
     ExponentialBackoff,
     FixedDelays,
@@ -46,6 +47,19 @@ def test_durations_accept_timedelta_and_seconds() -> None:
     assert (config.handler_timeout, config.shutdown_grace) == (60.0, 0.5)
 
 
+def test_durability_is_off_unless_set_and_frozen_in_the_config_when_set() -> None:
+    builder = EventService.builder().url("redis://127.0.0.1:1")
+    assert builder.build().config.durability is None
+    config = builder.durability().build().config
+    assert config.durability == Durability(replicas=1, timeout=0.5)
+    assert config.durability.timeout_ms == 500
+    config = builder.durability(replicas=2, timeout=timedelta(seconds=2)).build().config
+    assert config.durability == Durability(replicas=2, timeout=2.0)
+    assert "Durability(replicas=2, timeout=2.0)" in repr(config)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.durability.replicas = 3  # type: ignore[misc]
+
+
 def test_config_is_frozen() -> None:
     config = EventService.builder().url("redis://127.0.0.1:1").build().config
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -65,6 +79,12 @@ def test_config_is_frozen() -> None:
         (lambda b: b.shutdown_grace(-1), "shutdown_grace"),
         (lambda b: b.prefix("a{b}"), "prefix"),
         (lambda b: b.prefix(""), "prefix"),
+        (lambda b: b.durability(replicas=0), "durability replicas"),
+        (lambda b: b.durability(replicas=True), "durability replicas"),
+        (lambda b: b.durability(replicas=101), "durability replicas"),
+        (lambda b: b.durability(timeout=0), "durability timeout"),
+        (lambda b: b.durability(timeout=timedelta(minutes=2)), "durability timeout"),
+        (lambda b: b.durability(timeout="500ms"), "durability timeout"),
     ],
 )
 def test_invalid_settings_fail_at_build_naming_the_setting(configure: object, setting: str) -> None:

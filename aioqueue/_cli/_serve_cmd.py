@@ -6,6 +6,8 @@ import argparse
 import os
 
 from aioqueue._cli._common import CommandError, Commands, add_connection_options
+from aioqueue._model.config import Durability
+from aioqueue._model.errors import ConfigurationError
 
 __all__ = ["add_serve_command"]
 
@@ -39,6 +41,21 @@ def add_serve_command(commands: Commands) -> None:
         "repeatable. Others are refused, against DNS rebinding",
     )
     parser.add_argument(
+        "--durability-replicas",
+        type=int,
+        metavar="N",
+        help="POST /events answers only once N replicas have the event (WAIT, and WAITAOF "
+        "where the primary has AOF), else 503: the event may exist, posting it again is safe "
+        "(default: off, answered once the primary has it)",
+    )
+    parser.add_argument(
+        "--durability-timeout",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="how long POST /events waits for that confirmation (default 0.5)",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help="serve a non-loopback address without a token (anyone who reaches it may write)",
@@ -68,12 +85,19 @@ async def run_serve(args: argparse.Namespace) -> int:
             "schedule, cancel and requeue events; give --token (or AIOQUEUE_TOKEN), bind "
             "127.0.0.1, or say --insecure"
         )
+    durability = None
+    if args.durability_replicas is not None:
+        try:
+            durability = Durability.of(args.durability_replicas, args.durability_timeout)
+        except ConfigurationError as exc:
+            raise CommandError(f"--durability-replicas/--durability-timeout: {exc}") from exc
     app = create_app(
         url=args.url,
         prefix=args.prefix,
         token=args.token,
         max_body_bytes=args.max_body,
         allowed_hosts=hosts_for_bind(args.host, args.port, args.allow_host),
+        durability=durability,
     )
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level.lower(), lifespan="on"

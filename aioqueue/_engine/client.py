@@ -98,10 +98,13 @@ def service_client_of_sentinels(settings: SentinelSettings) -> RedisClient:
     return pack_commands_in_c(sentinel_client(settings, **_SERVICE_OPTIONS))
 
 
-async def within_reply_timeout(call: Awaitable[T], limit: float | None = None) -> T:
+async def within_reply_timeout(
+    call: Awaitable[T], limit: float | None = None, *, blocking: float = 0.0
+) -> T:
     """Awaits one Redis call, failing as redis-py's socket timeout would if Redis does not
-    answer within `limit` seconds (default REPLY_TIMEOUT, looked up at each call)."""
-    seconds = REPLY_TIMEOUT if limit is None else limit
+    answer within `limit` seconds (default REPLY_TIMEOUT, looked up at each call), plus
+    `blocking`: how long the call may block on the server by design (WAIT)."""
+    seconds = (REPLY_TIMEOUT if limit is None else limit) + blocking
     with anyio.move_on_after(seconds):
         return await call
     raise RedisTimeoutError(f"no reply from Redis within {seconds:g} s")

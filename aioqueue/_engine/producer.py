@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import anyio
 
 from aioqueue._model.config import ServiceConfig
+from aioqueue._model.errors import DurabilityError
 from aioqueue._model.event import Event
 
 from .client import RedisClient
@@ -85,12 +86,20 @@ class Producer:
             for start in range(0, len(entries), CHUNK_SIZE)
         ]
         limiter = anyio.CapacityLimiter(CONCURRENT_CHUNKS)
+        # A chunk not confirmed under durability lets the others finish, and the call raises
+        # its DurabilityError itself rather than in an exception group.
+        not_confirmed: list[DurabilityError] = []
 
         async def write(layout: QueueLayout, chunk: list[tuple[int, EnqueueItem]]) -> None:
             async with limiter:
-                scheduled = await self._write(
-                    layout, [item for _, item in chunk], replace=replace, max_wait_ms=max_wait_ms
-                )
+                try:
+                    scheduled = await self._write(
+                        layout, [item for _, item in chunk], replace=replace,
+                        max_wait_ms=max_wait_ms,
+                    )  # fmt: skip
+                except DurabilityError as exc:
+                    not_confirmed.append(exc)
+                    return
             for (index, _), was_scheduled in zip(chunk, scheduled, strict=True):
                 results[index] = was_scheduled
 
@@ -100,6 +109,8 @@ class Producer:
             async with anyio.create_task_group() as writers:
                 for layout, chunk in chunks:
                     writers.start_soon(write, layout, chunk)
+        if not_confirmed:
+            raise not_confirmed[0]
         return list(zip(types, results, strict=True))
 
     async def _write(
@@ -111,7 +122,10 @@ class Producer:
         max_wait_ms: int | None,
     ) -> list[bool]:
         writes = [(layout.keys_for(item.id), layout.event_type, item) for item in items]
-        steps = enqueue_many_steps(self._client, writes, replace=replace, max_wait_ms=max_wait_ms)
+        steps = enqueue_many_steps(
+            self._client, writes, replace=replace, max_wait_ms=max_wait_ms,
+            durability=self._config.durability,
+        )  # fmt: skip
         return await run_steps(self._client, steps)
 
     def prepare(self, event: Event, due: DueTime, context: str = "{}") -> EnqueueItem:

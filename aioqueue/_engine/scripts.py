@@ -10,8 +10,9 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from .client import RedisClient, SyncRedisClient
+from .durability import DurableCalls
 from .functions import LIBRARY
-from .steps import Pipeline, Steps, run_steps, run_steps_sync
+from .steps import Command, Pipeline, Steps, run_steps, run_steps_sync
 
 __all__ = ["LuaScript", "script_source"]
 
@@ -74,24 +75,77 @@ class LuaScript:
             return (yield ("EVAL", self.source, len(keys), *keys, *args))
 
     def pipelined_steps(
-        self, client: object, calls: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]]
+        self,
+        client: object,
+        calls: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
+        durable: DurableCalls | None = None,
     ) -> Steps[list[Any]]:
         """Several calls of the script, (keys, args) each, in one pipeline; a call refused
         there (a server that lacks the library or the script) is run again on its own, with
-        the fallbacks of `steps`."""
-        if LIBRARY.usable(client):
-            head: tuple[str | int, ...] = ("FCALL", self.function)
-        else:
-            head = ("EVALSHA", self.sha)
-        replies = yield Pipeline([(*head, len(keys), *keys, *args) for keys, args in calls])
+        the fallbacks of `steps`.
+
+        With `durable`, every connection of the pipeline confirms its calls (WAIT, WAITAOF)
+        in the same round trip, and calls run again on their own are confirmed afterwards
+        (see durability.py); raises DurabilityError when a confirmation falls short."""
+        confirm = durable.confirm(client) if durable is not None else None
+        reply = yield Pipeline([self.call(client, keys, args) for keys, args in calls], confirm)
+        replies = reply.replies if durable is not None else reply
         results = []
-        for (keys, args), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, ResponseError):
-                reply = yield from self.steps(client, keys, args)
-            elif isinstance(reply, BaseException):
-                raise reply
-            results.append(reply)
+        ran_alone = []
+        for (keys, args), call_reply in zip(calls, replies, strict=True):
+            if isinstance(call_reply, ResponseError):
+                # Run again first, even when the confirmation fell short: through redis-py's
+                # routing, a MOVED teaches the client where the slot went, without which a
+                # retry would go back to the same node.
+                call_reply = yield from self.steps(client, keys, args)
+                ran_alone.append((keys, args))
+            elif isinstance(call_reply, BaseException):
+                raise call_reply
+            results.append(call_reply)
+        if durable is not None:
+            # A connection whose every call was refused wrote nothing in the pipeline (its
+            # node may be a replica now, which refuses WAIT): those calls are confirmed
+            # where they ran again.
+            durable.check(
+                client,
+                [
+                    confirmation.replies
+                    for confirmation in reply.confirmations
+                    if any(
+                        not isinstance(replies[position], BaseException)
+                        for position in confirmation.positions
+                    )
+                ],
+            )
+            if ran_alone:
+                touches = [durable.touch(call) for call in ran_alone]
+                yield from self._confirm_alone(client, touches, durable)
         return results
+
+    def _confirm_alone(
+        self,
+        client: object,
+        touches: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
+        durable: DurableCalls,
+    ) -> Steps[None]:
+        """Confirms calls that ran outside the confirmed pipeline: `touches` (calls on the
+        same keys that write a no-op and nothing else) followed by the confirmation, on the
+        same connections."""
+        commands = [self.call(client, keys, args) for keys, args in touches]
+        reply = yield Pipeline(commands, durable.confirm(client))
+        for touched in reply.replies:
+            if isinstance(touched, BaseException):
+                raise durable.refused(touched)
+        durable.check(client, [confirmation.replies for confirmation in reply.confirmations])
+
+    def call(
+        self, client: object, keys: Sequence[str], args: Sequence[str | int | bytes]
+    ) -> Command:
+        """The command that calls the script for a pipeline: FCALL where the library is
+        usable on `client`, else EVALSHA (a refusal there falls back like `steps`)."""
+        if LIBRARY.usable(client):
+            return ("FCALL", self.function, len(keys), *keys, *args)
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
 
     def __repr__(self) -> str:
         return f"LuaScript({self.name!r}, sha={self.sha[:10]})"

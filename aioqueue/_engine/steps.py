@@ -11,7 +11,9 @@ what a refusal means (load the library, take the other script path, or fail).
 
 A step is a command tuple (`("HGET", key, field)`; redis-py splits a two-word name such as
 "FUNCTION LOAD"), or a `Pipeline` of commands sent in one round trip, whose replies come
-back as a list with each refusal in its command's place.
+back as a list with each refusal in its command's place. A Pipeline may end, on every
+connection it uses, with commands that confirm what that connection wrote (`Confirm`:
+WAIT, WAITAOF), since those confirm only the writes of their own connection.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from .client import RedisClient, SyncRedisClient, ensure_slot_map, within_reply_
 
 __all__ = [
     "Command",
+    "Confirm",
+    "Confirmation",
+    "ConfirmedReplies",
     "Pipeline",
     "Steps",
     "run_steps",
@@ -42,14 +47,48 @@ Command: TypeAlias = "tuple[str | int | bytes, ...]"
 
 
 @dataclass(frozen=True, slots=True)
+class Confirm:
+    """Commands sent after a pipeline's calls on each connection the pipeline uses, in the
+    same round trip: WAIT and WAITAOF count the replicas (or disks) that have every write
+    made on their own connection, so they must follow the calls on that very connection
+    (redis-py's pooled commands would take any connection)."""
+
+    commands: Sequence[Command]
+    blocks_for: float
+    """Seconds the commands may block on the server, added to the reply deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """What one connection of a pipeline confirmed: the positions of the calls it sent, and
+    the replies to the Confirm's commands (errors in place)."""
+
+    positions: Sequence[int]
+    replies: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmedReplies:
+    """The reply to a Pipeline with a Confirm: the calls' replies in order, and what each
+    connection used confirmed."""
+
+    replies: list[Any]
+    confirmations: list[Confirmation]
+
+
+@dataclass(frozen=True, slots=True)
 class Pipeline:
     """Script calls (FCALL, EVALSHA, EVAL, each with at least one key) sent together: one
     round trip on a single server, one per node on a cluster (redis-py's cluster pipelines
     refuse scripts, so the calls of each node go out on one of its connections). A call a
     node refuses (MOVED after a resharding included) comes back as its error, for the caller
-    to send again on its own, through redis-py's usual routing."""
+    to send again on its own, through redis-py's usual routing.
+
+    With `confirm`, each connection's calls are followed by its commands and the reply is a
+    ConfirmedReplies; without, the reply is the list of the calls' replies."""
 
     commands: Sequence[Command]
+    confirm: Confirm | None = None
 
 
 Step: TypeAlias = "Command | Pipeline"
@@ -72,7 +111,7 @@ async def run_steps(client: RedisClient, steps: Steps[R]) -> R:
             refusal = None
             try:
                 if isinstance(step, Pipeline):
-                    reply = await _pipeline(client, step.commands)
+                    reply = await _pipeline(client, step)
                 else:
                     reply = await within_reply_timeout(client.execute_command(*step))
             except ResponseError as exc:
@@ -95,7 +134,7 @@ def run_steps_sync(client: SyncRedisClient, steps: Steps[R]) -> R:
             refusal = None
             try:
                 if isinstance(step, Pipeline):
-                    reply = _pipeline_sync(client, step.commands)
+                    reply = _pipeline_sync(client, step)
                 else:
                     reply = client.execute_command(*step)  # type: ignore[no-untyped-call]
             except ResponseError as exc:
@@ -104,16 +143,22 @@ def run_steps_sync(client: SyncRedisClient, steps: Steps[R]) -> R:
         steps.close()
 
 
-async def _pipeline(client: RedisClient, commands: Sequence[Command]) -> list[Any]:
+async def _pipeline(client: RedisClient, step: Pipeline) -> Any:
     if isinstance(client, RedisCluster):
-        return await _cluster_pipeline(client, commands)
+        return await _cluster_pipeline(client, step)
+    confirm = step.confirm.commands if step.confirm else ()
     async with client.pipeline(transaction=False) as pipe:
-        for command in commands:
+        for command in (*step.commands, *confirm):
             pipe.execute_command(*command)
-        return await within_reply_timeout(pipe.execute(raise_on_error=False))
+        replies = await within_reply_timeout(
+            pipe.execute(raise_on_error=False), blocking=_blocking(step)
+        )
+    return _split(step, replies)
 
 
-async def _cluster_pipeline(client: RedisCluster, commands: Sequence[Command]) -> list[Any]:
+async def _cluster_pipeline(client: RedisCluster, step: Pipeline) -> Any:
+    commands = step.commands
+    confirm = step.confirm.commands if step.confirm else ()
     replies: list[Any] = [None] * len(commands)
     by_node: dict[ClusterNode, list[PipelineCommand]] = {}
     for position, command in enumerate(commands):
@@ -122,12 +167,20 @@ async def _cluster_pipeline(client: RedisCluster, commands: Sequence[Command]) -
             replies[position] = ResponseError(f"no node serves the keys of {command[:4]!r}")
             continue
         by_node.setdefault(node, []).append(PipelineCommand(position, *command))
+    confirmations: list[Confirmation] = []
 
     async def send(node: ClusterNode, node_commands: list[PipelineCommand]) -> None:
         # Each reply (or error) lands on its command; a connection error fails them all.
-        await within_reply_timeout(node.execute_pipeline(node_commands))
+        # The node's confirmation follows its calls on the same connection.
+        confirming = [PipelineCommand(-1, *command) for command in confirm]
+        await within_reply_timeout(
+            node.execute_pipeline([*node_commands, *confirming]), blocking=_blocking(step)
+        )
         for node_command in node_commands:
             replies[node_command.position] = node_command.result
+        if confirming:
+            positions = [node_command.position for node_command in node_commands]
+            confirmations.append(Confirmation(positions, [c.result for c in confirming]))
 
     # gather rather than a task group: a node that fails raises its own error (a
     # ConnectionError the caller handles), not an exception group around it.
@@ -138,7 +191,22 @@ async def _cluster_pipeline(client: RedisCluster, commands: Sequence[Command]) -
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    return replies
+    return ConfirmedReplies(replies, confirmations) if step.confirm else replies
+
+
+def _blocking(step: Pipeline) -> float:
+    """How long the pipeline's confirmation may block on the server, beyond the usual reply
+    deadline."""
+    return step.confirm.blocks_for if step.confirm else 0.0
+
+
+def _split(step: Pipeline, replies: list[Any]) -> Any:
+    """The reply to a pipeline sent on one connection: the calls' replies, followed by its
+    confirmation's when it has one."""
+    if step.confirm is None:
+        return replies
+    calls = len(step.commands)
+    return ConfirmedReplies(replies[:calls], [Confirmation(range(calls), replies[calls:])])
 
 
 def _routing_key(command: Command) -> str:
@@ -149,16 +217,20 @@ def _routing_key(command: Command) -> str:
     return key.decode() if isinstance(key, bytes) else key
 
 
-def _pipeline_sync(client: SyncRedisClient, commands: Sequence[Command]) -> list[Any]:
+def _pipeline_sync(client: SyncRedisClient, step: Pipeline) -> Any:
     if isinstance(client, SyncRedisCluster):
-        return _cluster_pipeline_sync(client, commands)
+        return _cluster_pipeline_sync(client, step)
+    confirm = step.confirm.commands if step.confirm else ()
     with client.pipeline(transaction=False) as pipe:
-        for command in commands:
+        for command in (*step.commands, *confirm):
             pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-        return pipe.execute(raise_on_error=False)
+        replies = pipe.execute(raise_on_error=False)
+    return _split(step, replies)
 
 
-def _cluster_pipeline_sync(client: SyncRedisCluster, commands: Sequence[Command]) -> list[Any]:
+def _cluster_pipeline_sync(client: SyncRedisCluster, step: Pipeline) -> Any:
+    commands = step.commands
+    confirm = step.confirm.commands if step.confirm else ()
     replies: list[Any] = [None] * len(commands)
     by_node: dict[str, list[int]] = {}
     nodes = {}
@@ -169,12 +241,19 @@ def _cluster_pipeline_sync(client: SyncRedisCluster, commands: Sequence[Command]
             continue
         nodes[node.name] = node
         by_node.setdefault(node.name, []).append(position)
+    confirmations: list[Confirmation] = []
     for name, positions in by_node.items():
         # The node's own client: its pipeline takes scripts, and errors stay per command.
+        # Its confirmation follows its calls on the same connection.
         node_client = client.get_redis_connection(nodes[name])
         with node_client.pipeline(transaction=False) as pipe:
             for position in positions:
                 pipe.execute_command(*commands[position])  # type: ignore[no-untyped-call]
-            for position, reply in zip(positions, pipe.execute(raise_on_error=False), strict=True):
-                replies[position] = reply
-    return replies
+            for command in confirm:
+                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+            node_replies = pipe.execute(raise_on_error=False)
+        for position, reply in zip(positions, node_replies[: len(positions)], strict=True):
+            replies[position] = reply
+        if confirm:
+            confirmations.append(Confirmation(positions, node_replies[len(positions) :]))
+    return ConfirmedReplies(replies, confirmations) if step.confirm else replies

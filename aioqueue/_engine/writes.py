@@ -4,7 +4,9 @@ Every producer goes through here: the asyncio EventService, the blocking SyncPro
 HTTP API and the Spark writers. Arguments are checked the same way (`DueTime`, `max_wait_ms`,
 `context_json`, `event_item`), and each script call is built by one function and run as
 steps (see steps.py) on whichever client the producer has, so no producer can write an
-envelope or a script argument another would not.
+envelope or a script argument another would not. Given a `Durability`, the enqueue steps
+return only once replicas confirmed the write (see durability.py), whichever producer runs
+them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Literal
 
 import orjson
 
+from aioqueue._model.config import Durability
 from aioqueue._model.durations import Duration, to_seconds
 from aioqueue._model.errors import (
     InvalidEnqueueError,
@@ -26,6 +29,7 @@ from aioqueue._model.errors import (
 from aioqueue._model.event import Event
 from aioqueue._model.serializer import Serializer
 
+from .durability import DurableCalls
 from .envelope import text
 from .keys import QueueKeys, QueueLayout
 from .scripts import CANCEL, ENQUEUE, RESCHEDULE
@@ -40,6 +44,7 @@ __all__ = [
     "cancel_steps",
     "context_json",
     "enqueue_call",
+    "enqueue_calls_steps",
     "enqueue_many_steps",
     "enqueue_steps",
     "event_item",
@@ -55,6 +60,9 @@ Redis forever; refusing it also keeps every score an exact integer of millisecon
 
 MoveResult = Literal["moved", "missing", "in_flight"]
 
+CONFIRMED_MODE = "+wait"
+"""Ends an enqueue call's mode when WAIT follows the call: a call that writes no event then
+writes a no-op, so that the WAIT covers the events it kept (see enqueue.lua, durability.py)."""
 CHUNK_SIZE = 500
 """Events per enqueue script call: large enough to amortise the round trip, small enough that
 one call never blocks the server for more than about a millisecond."""
@@ -212,12 +220,44 @@ def enqueue_steps(
     *,
     replace: bool,
     max_wait_ms: int | None = None,
+    durability: Durability | None = None,
 ) -> Steps[list[bool]]:
-    """Schedules `items` in one script call; False for each id that was kept pending."""
-    script_keys, args = enqueue_call(
-        keys, event_type, items, replace=replace, max_wait_ms=max_wait_ms
-    )
-    return scheduled_flags((yield from ENQUEUE.steps(client, script_keys, args)))
+    """Schedules `items` in one script call; False for each id that was kept pending.
+
+    With `durability`, returns only once the write (a kept event's included) is confirmed;
+    raises DurabilityError otherwise."""
+    call = enqueue_call(keys, event_type, items, replace=replace, max_wait_ms=max_wait_ms)
+    if durability is None:
+        return scheduled_flags((yield from ENQUEUE.steps(client, *call)))
+    [reply] = yield from enqueue_calls_steps(client, [call], durability=durability)
+    return scheduled_flags(reply)
+
+
+def enqueue_calls_steps(
+    client: object,
+    calls: Sequence[tuple[Sequence[str], Sequence[str | int]]],
+    *,
+    durability: Durability | None = None,
+) -> Steps[list[Any]]:
+    """Runs enqueue calls built by `enqueue_call` together (one round trip on a single
+    server, one per node on a cluster); returns each call's reply (`scheduled_flags` reads
+    it). With `durability`, the calls are marked and each connection confirms them in the
+    same round trip (see durability.py); raises DurabilityError when a confirmation falls
+    short, and the events may then exist or not: enqueueing them again is safe."""
+    if durability is None:
+        return (yield from ENQUEUE.pipelined_steps(client, calls))
+    marked = [(keys, [f"{args[0]}{CONFIRMED_MODE}", *args[1:]]) for keys, args in calls]
+    durable = DurableCalls(durability, touch=_touch)
+    return (yield from ENQUEUE.pipelined_steps(client, marked, durable))
+
+
+def _touch(
+    call: tuple[Sequence[str], Sequence[str | int | bytes]],
+) -> tuple[Sequence[str], Sequence[str | int | bytes]]:
+    """A marked call on `call`'s keys that schedules nothing: it writes only the no-op that
+    lets a WAIT after it confirm what an earlier call on those keys wrote."""
+    keys, args = call
+    return keys, [f"0{CONFIRMED_MODE}", args[1]]
 
 
 def enqueue_many_steps(
@@ -226,11 +266,13 @@ def enqueue_many_steps(
     *,
     replace: bool,
     max_wait_ms: int | None = None,
+    durability: Durability | None = None,
 ) -> Steps[list[bool]]:
     """Schedules each item into the queue (keys, event type) it names: grouped per queue
     (partition), CHUNK_SIZE items per script call, the calls pipelined (see
     LuaScript.pipelined_steps: one round trip on a single server, one per node on a cluster).
-    Returns, per item in order, whether it was scheduled."""
+    Returns, per item in order, whether it was scheduled; with `durability`, once each round
+    trip's calls are confirmed (one WAIT per connection of it, not per call or item)."""
     by_queue: dict[tuple[QueueKeys, str], list[int]] = {}
     for index, (keys, event_type, _) in enumerate(writes):
         by_queue.setdefault((keys, event_type), []).append(index)
@@ -244,9 +286,10 @@ def enqueue_many_steps(
         items = [item for _, _, item in writes]
         return (
             yield from enqueue_steps(
-                client, keys, event_type, items, replace=replace, max_wait_ms=max_wait_ms
+                client, keys, event_type, items,
+                replace=replace, max_wait_ms=max_wait_ms, durability=durability,
             )
-        )
+        )  # fmt: skip
     results = [False] * len(writes)
     for first in range(0, len(chunks), CALLS_PER_PIPELINE):
         batch = chunks[first : first + CALLS_PER_PIPELINE]
@@ -257,7 +300,7 @@ def enqueue_many_steps(
             )
             for keys, event_type, chunk in batch
         ]  # fmt: skip
-        replies = yield from ENQUEUE.pipelined_steps(client, calls)
+        replies = yield from enqueue_calls_steps(client, calls, durability=durability)
         for (_, _, chunk), reply in zip(batch, replies, strict=True):
             for index, scheduled in zip(chunk, scheduled_flags(reply), strict=True):
                 results[index] = scheduled

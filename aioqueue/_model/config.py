@@ -6,18 +6,66 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .durations import Duration, to_seconds
+from .errors import ConfigurationError
 from .instrumentation import Instrumentation
 from .metrics import Metrics
 from .rate_limit import RateLimit
 from .retry import RetryPolicy
 from .serializer import Serializer
 
-__all__ = ["LEASE_MARGIN", "ProducerConfig", "ServiceConfig"]
+__all__ = ["LEASE_MARGIN", "Durability", "ProducerConfig", "ServiceConfig"]
 
 # Slack added to the handler timeout before an event's next attempt may start: it covers the
 # round trips around a handler and a briefly blocked event loop, so a handler cut at its
 # timeout has finished before the retry can be dispatched.
 LEASE_MARGIN = 1.0
+
+
+# WAIT takes at most this many replicas in any deployment anyone runs; a larger number is a
+# unit mistake (milliseconds given as replicas), and would make every enqueue time out.
+MAX_DURABLE_REPLICAS = 100
+# A write waits this long at most for its confirmation: beyond a minute, a caller is better
+# told that the replicas are not keeping up.
+MAX_DURABILITY_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Durability:
+    """How an enqueue is confirmed before it returns: by `replicas` replicas (`WAIT`), and by
+    the primary's own AOF where it has one (`WAITAOF`), each within `timeout` seconds."""
+
+    replicas: int
+    timeout: float
+
+    @classmethod
+    def of(cls, replicas: int, timeout: Duration) -> Durability:
+        """Checks the values as the builder takes them; raises ConfigurationError."""
+        if (
+            isinstance(replicas, bool)
+            or not isinstance(replicas, int)
+            or not 1 <= replicas <= MAX_DURABLE_REPLICAS
+        ):
+            raise ConfigurationError(
+                f"durability replicas must be an integer from 1 to {MAX_DURABLE_REPLICAS}, "
+                f"got {replicas!r}"
+            )
+        try:
+            seconds = to_seconds(timeout, "durability timeout")
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"invalid durability timeout: {exc}") from exc
+        if not 0.001 <= seconds <= MAX_DURABILITY_TIMEOUT:
+            raise ConfigurationError(
+                f"durability timeout must be between 1 ms and {MAX_DURABILITY_TIMEOUT:g} s, "
+                f"got {timeout!r}"
+            )
+        return cls(replicas, seconds)
+
+    @property
+    def timeout_ms(self) -> int:
+        """The timeout as WAIT and WAITAOF take it (whole milliseconds, at least 1: 0 would
+        mean waiting forever)."""
+        return max(1, round(self.timeout * 1000))
 
 
 @dataclass(frozen=True)
@@ -47,6 +95,8 @@ class ServiceConfig:
     """Event type wire name -> partition count, for the types that have more than one."""
     rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
     """Event type wire name -> the rate limit this service records for it, if any."""
+    durability: Durability | None = None
+    """How enqueues are confirmed before they return; None: as soon as the primary has them."""
 
     @property
     def lease_ms(self) -> int:

@@ -11,6 +11,8 @@
     ├── SerializationError         an event could not be encoded into a payload
     ├── PayloadDecodeError         a stored payload could not be decoded into its class
     ├── InvalidCursorError         a page cursor that no page of pending events handed out
+    ├── DurabilityError            an enqueue was not confirmed by the replicas (or the
+    │                              primary's AOF) in time: the events may exist or not
     ├── HandlerRegistrationError   a handler cannot be added (duplicate, bad parallelism)
     └── ServiceStateError          the call does not fit the service's state (e.g. closed)
         └── ServiceFailedError     a background task of the service died (a bug): it no
@@ -22,9 +24,12 @@ code that catches the builtin categories keeps working.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AioqueueError",
     "ConfigurationError",
+    "DurabilityError",
     "EventDefinitionError",
     "HandlerRegistrationError",
     "InvalidCursorError",
@@ -84,6 +89,35 @@ class PayloadDecodeError(AioqueueError, ValueError):
     Consumers never raise this to the caller: the event goes to the dead-letter set with
     this error's message.
     """
+
+
+class DurabilityError(AioqueueError):
+    """An enqueue under `durability(...)` was written to the primary but not confirmed in
+    time: fewer replicas than asked acknowledged it (`WAIT`), or the primary did not write it
+    to its AOF (`WAITAOF`), or the server refused the confirmation itself.
+
+    The events may exist: they are on the primary and are delivered as usual unless the
+    primary dies before a replica has them, and then they are gone. Enqueue is idempotent
+    per event id, so the safe reaction is to enqueue the same events again until the call
+    returns; an event already stored then comes back as False (not scheduled again), and its
+    confirmation covers the stored version. `replicas` is how many were asked for,
+    `confirmed` how many the least confirmed connection got (None when the server refused
+    the confirmation itself).
+    """
+
+    def __init__(self, message: str, *, replicas: int, confirmed: int | None) -> None:
+        super().__init__(message)
+        self.replicas = replicas
+        self.confirmed = confirmed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword arguments are not in `args`: without this, unpickling (a Spark task's error
+        # on its way to the driver) would fail instead of raising this error.
+        return (_durability_error, (str(self), self.replicas, self.confirmed))
+
+
+def _durability_error(message: str, replicas: int, confirmed: int | None) -> DurabilityError:
+    return DurabilityError(message, replicas=replicas, confirmed=confirmed)
 
 
 class HandlerRegistrationError(AioqueueError, ValueError):

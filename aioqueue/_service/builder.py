@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,7 +22,7 @@ from aioqueue._model.checks import (
     int_in_range,
     refuse_partitioned_serial_key,
 )
-from aioqueue._model.config import ServiceConfig
+from aioqueue._model.config import Durability, ServiceConfig
 from aioqueue._model.durations import Duration, to_seconds
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
@@ -86,6 +87,7 @@ class EventServiceBuilder:
         self._instrumentation: Instrumentation = NoInstrumentation()
         self._partitions: dict[str, int] = {}
         self._rate_limits: dict[str, tuple[int, Duration]] = {}
+        self._durability: tuple[int, Duration] | None = None
 
     def client(self, client: RedisClient) -> EventServiceBuilder:
         """Uses a client you own (`redis.asyncio.Redis` or `RedisCluster`): the service
@@ -232,6 +234,18 @@ class EventServiceBuilder:
         self._rate_limits[event_type_name(event_class)] = (limit, per)
         return self
 
+    def durability(
+        self, replicas: int = 1, timeout: Duration = timedelta(milliseconds=500)
+    ) -> EventServiceBuilder:
+        """`enqueue` and `enqueue_many` return only once `replicas` replicas have the events
+        (`WAIT`), and the primary's AOF too where it has one (`WAITAOF`, Redis 7.2+ and
+        Valkey), each within `timeout`; otherwise they raise DurabilityError: the events may
+        exist, and enqueueing them again is safe. One confirmation per script call batch
+        (per node on a cluster), not per event. Off by default: an enqueue returns once the
+        primary has the events, and a failover can lose the last ones (see the guarantees)."""
+        self._durability = (replicas, timeout)
+        return self
+
     def build(self) -> EventService:
         """Validates every setting and returns the service; raises ConfigurationError."""
         config = ServiceConfig(
@@ -263,6 +277,7 @@ class EventServiceBuilder:
                 }
             ),
             rate_limits=MappingProxyType(self._checked_rate_limits()),
+            durability=None if self._durability is None else Durability.of(*self._durability),
         )
         if self._client is not None:
             return self._factory(config, self._client, owns_client=False)

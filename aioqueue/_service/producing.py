@@ -32,6 +32,9 @@ class ServiceProducing(ServiceBase):
         context and due time, fresh attempt count. `max_wait` (with `replace=True`) makes it
         a bounded debounce: however often the event is replaced, it is due no later than the
         first enqueue of the pending version plus `max_wait`.
+
+        With the builder's `durability(...)`, returns only once the replicas have the event,
+        else raises DurabilityError: the event may exist, and enqueueing it again is safe.
         """
         self._ensure_open()
         due = DueTime.of(delay, at)
@@ -57,7 +60,8 @@ class ServiceProducing(ServiceBase):
         """Schedules many events with one due time and context, a few script calls in all.
 
         Returns, per event in order, what enqueue() would have. Every event is validated
-        before anything is written.
+        before anything is written. With `durability(...)`, DurabilityError means some of the
+        events may exist: enqueue them all again.
         """
         self._ensure_open()
         due = DueTime.of(delay, at)

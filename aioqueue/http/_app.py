@@ -27,7 +27,8 @@ from aioqueue._admin.actions import (
 from aioqueue._admin.stats import read_stats, resolve_layouts
 from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.keys import validate_prefix
-from aioqueue._model.errors import PartitionCountMismatchError
+from aioqueue._model.config import Durability
+from aioqueue._model.errors import DurabilityError, PartitionCountMismatchError
 from aioqueue._model.event import _WIRE_NAME
 
 from ._browse import browse_routes
@@ -59,13 +60,16 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     allowed_hosts: Iterable[str] | None = None,
+    durability: Durability | None = None,
 ) -> Starlette:
     """The app for one prefix on one server: give `url` (the app connects and closes the
     client) or `client` (yours, never closed). With `token`, every API call needs
     `Authorization: Bearer <token>`; the dashboard page asks for it. Writes need JSON, a
     foreign `Origin` is refused, and with `allowed_hosts` so is any other `Host` header;
     `aioqueue serve` passes the names it was started for. Request bodies beyond
-    `max_body_bytes` are refused with 413.
+    `max_body_bytes` are refused with 413. With `durability` (`Durability.of(replicas,
+    timeout)`), `POST /events` answers only once that many replicas have the event, and 503
+    when they did not confirm it in time (the event may exist; posting it again is safe).
 
     The Redis client is opened in the app's lifespan: mounted in another app, enter
     `app.router.lifespan_context(app)` from that app's lifespan.
@@ -77,6 +81,7 @@ def create_app(
         None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
     )
     state = _State(prefix, None if token is None else validate_token(token), max_body_bytes, guard)
+    state.durability = durability
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -185,6 +190,11 @@ async def _redis_unavailable(request: Request, exc: Exception) -> Response:
     return _error(503, f"Redis is unavailable: {exc}", {"Retry-After": "1"})
 
 
+async def _not_confirmed(request: Request, exc: Exception) -> Response:
+    # The message says the event may exist and that posting it again is safe.
+    return _error(503, f"not confirmed by the replicas: {exc}", {"Retry-After": "1"})
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
     # Starlette still logs the traceback; the client gets JSON rather than plain text.
     return _error(500, f"internal error ({type(exc).__name__}); the server log has the details")
@@ -198,6 +208,7 @@ ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] =
     HTTPException: _http_error,
     # The type's registry entry is unusable: the message says which and how to fix it.
     PartitionCountMismatchError: _registry_conflict,
+    DurabilityError: _not_confirmed,
     RedisConnectionError: _redis_unavailable,
     RedisTimeoutError: _redis_unavailable,
     ClusterError: _redis_unavailable,
@@ -220,6 +231,7 @@ class _State:
         self.guard = guard
         self.schema_checks = SchemaChecks()
         self.client: RedisClient
+        self.durability: Durability | None = None
 
     def api(self, endpoint: Endpoint) -> Endpoint:
         """Wraps an API endpoint: checks the bearer token when one is configured, and that
@@ -289,7 +301,7 @@ class _State:
             )
         except PayloadMismatch as exc:
             return JSONResponse({"error": str(exc), "errors": exc.errors}, status_code=422)
-        scheduled = await enqueue(self.client, self.prefix, parsed)
+        scheduled = await enqueue(self.client, self.prefix, parsed, self.durability)
         result = {
             "type": parsed.event_type,
             "id": parsed.item.id,

@@ -13,6 +13,7 @@ from aioqueue._engine.client import RedisClient
 from aioqueue._engine.registry import resolve_layout
 from aioqueue._engine.steps import run_steps
 from aioqueue._engine.writes import DueTime, EnqueueItem, context_json, enqueue_steps
+from aioqueue._model.config import Durability
 from aioqueue._model.errors import InvalidEnqueueError
 from aioqueue._model.event import _WIRE_NAME
 
@@ -126,9 +127,15 @@ def _context(value: Any) -> dict[str, str] | None:
     return value
 
 
-async def enqueue(client: RedisClient, prefix: str, request: EnqueueRequest) -> bool:
+async def enqueue(
+    client: RedisClient,
+    prefix: str,
+    request: EnqueueRequest,
+    durability: Durability | None = None,
+) -> bool:
     """Runs the library's enqueue script for the request; False when a pending event with
-    that id was kept. A type nobody registered yet is registered unpartitioned."""
+    that id was kept. A type nobody registered yet is registered unpartitioned. With
+    `durability`, returns once the replicas confirmed it (else DurabilityError)."""
     # The registry's count, whatever it is: the HTTP API has no count of its own.
     layout = await resolve_layout(client, prefix, request.event_type, None)
     steps = enqueue_steps(
@@ -137,6 +144,7 @@ async def enqueue(client: RedisClient, prefix: str, request: EnqueueRequest) -> 
         request.event_type,
         [request.item],
         replace=request.replace,
+        durability=durability,
     )
     [scheduled] = await run_steps(client, steps)
     return scheduled

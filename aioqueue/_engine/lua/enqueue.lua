@@ -16,15 +16,19 @@
 -- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it, or '1:<ms>' to
 --   replace it as a debounce bounded by max_wait ms: the series begins at the first enqueue
 --   (or when the pending version's attempt started), and no replacement makes the event due
---   later than that time plus max_wait
+--   later than that time plus max_wait. Any of these may end in '+wait' (needs the counts
+--   key): the caller follows the call with WAIT on the same connection, which confirms only
+--   what that connection wrote; a call that writes no event then writes a no-op to counts,
+--   so that the WAIT covers every earlier write, the kept events' own included.
 -- ARGV[2] event type wire name: checked against the keys' hash tag, so a producer cannot
 --   write one type's events into another type's queue
 -- then 5 values per event: id, payload (JSON text), context (JSON object of strings),
 --   due kind ('delay' or 'at'), milliseconds (a delay, or epoch ms for 'at')
 -- Returns one integer per event: 1 scheduled, 0 kept the pending event with that id.
 local now = server_time_ms()
-local replace = ARGV[1] ~= '0'
-local max_wait = tonumber(string.match(ARGV[1], '^1:(%d+)$'))
+local replace = string.sub(ARGV[1], 1, 1) == '1'
+local max_wait = tonumber(string.match(ARGV[1], '^1:(%d+)'))
+local confirmed = string.sub(ARGV[1], -5) == '+wait'
 local event_type = ARGV[2]
 local tag = string.match(KEYS[1], '{([^}]*)}')
 if tag ~= event_type and string.sub(tag or '', 1, #event_type + 1) ~= event_type .. '#' then
@@ -81,7 +85,11 @@ for i = 5, 7 do
     record = KEYS[i]
   end
 end
+if confirmed and not counts then
+  return redis.error_reply("enqueue mode '+wait' needs the counts key")
+end
 local replaced_under_way = 0
+local written = 0
 for i = 3, #ARGV, 5 do
   local id = ARGV[i]
   local recorded = record and redis.call('HGET', record, id)
@@ -111,6 +119,7 @@ for i = 3, #ARGV, 5 do
       replaced_under_way = replaced_under_way + 1
     end
     write_event(KEYS[1], KEYS[2], KEYS[3], id, ARGV[i + 1], ARGV[i + 2], due, since, serial)
+    written = written + 1
     results[#results + 1] = 1
     if due < earliest then
       sooner = true
@@ -130,5 +139,9 @@ end
 count_under_way(counts, -replaced_under_way)
 if sooner and KEYS[4] then
   wake_dispatchers(KEYS[4])
+end
+if confirmed and written == 0 then
+  -- HINCRBY by 0 changes nothing but is replicated like any write (see ARGV[1]).
+  redis.call('HINCRBY', counts, 'under_way', 0)
 end
 return results
