@@ -21,7 +21,14 @@ import pytest
 import redis
 import redis.asyncio
 
-from aioqueue import Durability, DurabilityError, EventService, EventServiceBuilder
+from aioqueue import (
+    ConfigurationError,
+    Durability,
+    DurabilityError,
+    EventService,
+    EventServiceBuilder,
+    SyncProducer,
+)
 from aioqueue._engine import durability as durability_module
 from aioqueue._engine.functions import LIBRARY
 from aioqueue._engine.keys import QueueKeys
@@ -250,6 +257,42 @@ async def test_the_blocking_client_runs_the_same_durable_steps(
         finally:
             resume(replica)
         assert enqueue(client, "frozen") == [False]
+
+
+async def test_a_durable_sync_producer_confirms_each_enqueue_and_enqueue_many(
+    pair: tuple[EmbeddedServer, EmbeddedServer], replica_client: redis.asyncio.Redis
+) -> None:
+    """SyncProducer(durability=...) runs those steps: its enqueue and enqueue_many return once
+    the replica has the events, and raise DurabilityError (nothing confirmed, retrying
+    safe) while the replica is cut off."""
+    primary, replica = pair
+    durable = Durability(replicas=1, timeout=TIMEOUT)
+    with SyncProducer(primary.url, durability=durable) as producer:
+        assert producer.config.durability == durable
+        assert producer.enqueue(PaymentCheck(id="one", order_id=1), HOUR)
+        assert (
+            producer.enqueue_many(
+                [PaymentCheck(id=f"many-{n}", order_id=n) for n in range(3)], HOUR
+            )
+            == [True] * 3
+        )
+        for event_id in ("one", "many-0", "many-2"):
+            assert await stored_version(replica_client, event_id) is not None
+        freeze(replica)
+        try:
+            with pytest.raises(DurabilityError):
+                producer.enqueue(PaymentCheck(id="frozen", order_id=4), HOUR)
+            with pytest.raises(DurabilityError):
+                producer.enqueue_many([PaymentCheck(id="frozen-many", order_id=5)], HOUR)
+        finally:
+            resume(replica)
+        assert not producer.enqueue(PaymentCheck(id="frozen", order_id=4), HOUR)  # it was kept
+        assert await stored_version(replica_client, "frozen") is not None
+
+
+def test_a_sync_producer_refuses_a_durability_out_of_range() -> None:
+    with pytest.raises(ConfigurationError, match="durability replicas"):
+        SyncProducer("redis://127.0.0.1:1", durability=Durability(replicas=0, timeout=1))
 
 
 async def test_post_events_answers_503_until_the_replica_confirms(

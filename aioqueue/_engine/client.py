@@ -70,13 +70,14 @@ def sync_client_from_url(url: str, **options: Any) -> SyncRedisClient:
     return redis.Redis.from_url(url, **options)
 
 
-def producer_client_from_url(url: str) -> SyncRedisClient:
+def producer_client_from_url(url: str, *, waits: float = 0.0) -> SyncRedisClient:
     """The blocking client a SyncProducer makes from its URL: REPLY_TIMEOUT to connect and
-    for each reply (unless the URL sets `socket_timeout` / `socket_connect_timeout`), since a
-    blocking call has no deadline but the socket's, and a request thread should not hang on a
-    server that stopped answering."""
+    for each reply, plus `waits` seconds a reply may spend in WAIT/WAITAOF (unless the URL
+    sets `socket_timeout` / `socket_connect_timeout`), since a blocking call has no deadline
+    but the socket's, and a request thread should not hang on a server that stopped
+    answering."""
     return sync_client_from_url(
-        url, socket_timeout=REPLY_TIMEOUT, socket_connect_timeout=REPLY_TIMEOUT
+        url, socket_timeout=REPLY_TIMEOUT + waits, socket_connect_timeout=REPLY_TIMEOUT
     )
 
 

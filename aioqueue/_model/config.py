@@ -124,3 +124,6 @@ class ProducerConfig:
     partitions: Mapping[str, int]
     """Event type wire name -> partition count, for the types configured with one; any other
     type is written with the count the prefix's registry records (1 for a new type)."""
+    durability: Durability | None = None
+    """When set, each enqueue returns only once replicas confirmed it (see the builder's
+    `durability`)."""

@@ -52,7 +52,7 @@ from aioqueue._model.checks import (
     int_in_range,
     refuse_partitioned_serial_key,
 )
-from aioqueue._model.config import ProducerConfig
+from aioqueue._model.config import Durability, ProducerConfig
 from aioqueue._model.durations import Duration
 from aioqueue._model.errors import ConfigurationError, ServiceStateError
 from aioqueue._model.event import Event, event_type_name
@@ -73,10 +73,14 @@ class SyncProducer:
 
     Give a `url` (the producer connects, and closes the client in `close()`) or a redis-py
     `client` you own (never closed here): `redis.Redis` or `redis.cluster.RedisCluster`.
-    A client made from a URL waits at most 5 s to connect and for each reply, unless the URL
-    sets `socket_timeout` / `socket_connect_timeout`. The other settings mean what they mean
-    on `EventService.builder()`: `partitions` maps event classes to their partition count
-    (any other class is written with the count the prefix's registry records).
+    A client made from a URL waits at most 5 s to connect and for each reply (plus twice the
+    durability timeout, when set), unless the URL sets `socket_timeout` /
+    `socket_connect_timeout`. The other settings mean what they mean on
+    `EventService.builder()`: `partitions` maps event classes to their partition count (any
+    other class is written with the count the prefix's registry records);
+    `durability=Durability(replicas=1, timeout=0.5)` makes `enqueue` and `enqueue_many`
+    return only once replicas confirmed the write, else raise DurabilityError (enqueueing
+    again is safe). A client you pass needs a socket timeout above the durability timeout.
 
     Thread-safe and fork-safe (see the module's docstring); it never starts an event loop.
     Redis errors (`redis.exceptions.ConnectionError`, `TimeoutError`) reach the caller.
@@ -95,6 +99,7 @@ class SyncProducer:
         serializer: Serializer | None = None,
         instrumentation: Instrumentation | None = None,
         metrics: Metrics | None = None,
+        durability: Durability | None = None,
     ) -> None:
         if (url is None) == (client is None):
             raise ConfigurationError("give SyncProducer a Redis url or a client (one of them)")
@@ -107,11 +112,19 @@ class SyncProducer:
                 "max_payload_bytes", max_payload_bytes, 1, MAX_PAYLOAD_BYTES_LIMIT
             ),
             partitions=MappingProxyType(_partition_counts(partitions or {})),
+            durability=None
+            if durability is None
+            else Durability.of(durability.replicas, durability.timeout),
         )
         # Settings first: a producer refused for its settings has opened no connection.
         if client is None:
             assert url is not None
-            self._client = checked(producer_client_from_url, url, "url")
+            # A reply may wait for the replicas (WAIT), then for the AOF (WAITAOF).
+            durable = self._config.durability
+            waits = 0.0 if durable is None else 2 * durable.timeout
+            self._client = checked(
+                lambda url: producer_client_from_url(url, waits=waits), url, "url"
+            )
             self._owns_client = True
         elif isinstance(client, (AsyncRedis, AsyncRedisCluster)):
             raise ConfigurationError(
@@ -208,7 +221,13 @@ class SyncProducer:
             record = self._record(event_class)
             writes.append((record.layout.keys_for(item.id), record.event_type, item))
         scheduled = self._write(
-            enqueue_many_steps(self._client, writes, replace=replace, max_wait_ms=bound)
+            enqueue_many_steps(
+                self._client,
+                writes,
+                replace=replace,
+                max_wait_ms=bound,
+                durability=self._config.durability,
+            )
         )
         for (_, event_type, _), was_scheduled in zip(writes, scheduled, strict=True):
             self._config.metrics.event_enqueued(event_type, scheduled=was_scheduled)
@@ -277,7 +296,7 @@ class SyncProducer:
         [scheduled] = self._write(
             enqueue_steps(
                 self._client, record.layout.keys_for(item.id), record.event_type, [item],
-                replace=replace, max_wait_ms=bound,
+                replace=replace, max_wait_ms=bound, durability=self._config.durability,
             )
         )  # fmt: skip
         self._config.metrics.event_enqueued(record.event_type, scheduled=scheduled)
@@ -298,10 +317,9 @@ class SyncProducer:
         return record
 
     def _write(self, steps: Steps[R]) -> R:
-        """Runs one write (enqueue, cancel, reschedule): every write passes here, so a
-        setting that must follow each write has one place to go. (Waiting for replicas to
-        confirm a write, WAIT, must run on the connection that wrote; run_steps_sync takes
-        a pooled connection per step, so such a setting would hold one for the steps.)"""
+        """Runs one write (enqueue, cancel, reschedule). With durability, an enqueue's steps
+        send its script calls and their WAIT in one pipeline, on one connection (see
+        _engine/durability.py)."""
         return run_steps_sync(self._client, steps)
 
     def _ensure_open(self) -> None:
