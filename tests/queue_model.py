@@ -68,12 +68,15 @@ class Pending:
     only while its generation is the event's."""
     error: str | None = None
     under_way: bool = False
-    """An attempt was dispatched and is not settled: the event cannot be rescheduled, even
-    once its lease ended (due_now: the next dispatch takes it again)."""
+    """An attempt was dispatched and is not settled (its envelope carries `due_at`): the
+    event cannot be rescheduled, even once its lease ended (due_now: the next dispatch takes
+    it again, or parks it and so ends that attempt)."""
     since: int | None = None
     """A debounced event's series start, as stored."""
     parked: bool = False
-    """Due, but set aside by dispatch because another event holds its serial key."""
+    """Due, but set aside by dispatch because another event holds its serial key. Parking
+    rewrites the envelope: copies in the ready list go stale, and an attempt under way (a
+    lost worker's, due again) ends."""
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,8 @@ class QueueModel(SteppedRedis):
     # -- dispatching and claiming -------------------------------------------------------------
 
     def dispatch(self, lease_ms: int) -> None:
+        # What parking rewrote is told from the stored text before and after (_dispatch_some).
+        before = cast("dict[bytes, bytes]", self.run(self.client.hgetall(KEYS.events)))
         result = self.run(
             self.store.dispatch(
                 batch_size=BATCH_SIZE,
@@ -323,10 +328,10 @@ class QueueModel(SteppedRedis):
             return
         room = self._room()
         if room is not None and room - len(self.ready) < len(due):
-            self._dispatch_some(result, due, max(0, room - len(self.ready)), lease_ms)
+            self._dispatch_some(result, due, max(0, room - len(self.ready)), lease_ms, before)
             return
         if self.serial:
-            self._dispatch_some(result, due, None, lease_ms)
+            self._dispatch_some(result, due, None, lease_ms, before)
             return
         pushed: list[str] = []
         buried = 0
@@ -353,13 +358,19 @@ class QueueModel(SteppedRedis):
         self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
 
     def _dispatch_some(
-        self, result: DispatchResult, due: list[str], taken: int | None, lease_ms: int
+        self,
+        result: DispatchResult,
+        due: list[str],
+        taken: int | None,
+        lease_ms: int,
+        before: dict[bytes, bytes],
     ) -> None:
         """A rate limit let dispatch take only `taken` of the due events (the earliest by
         score), or serial keys parked some of them (all but the earliest of each free key):
         score ties are milliseconds the model does not know, so the server's state says which
-        went to the ready list, which to the dead letters and which were parked. That the
-        choice kept one event per key under way is checked after every step."""
+        went to the ready list, which to the dead letters and which were parked (`before`
+        holds the stored envelopes from before the call). That the choice kept one event per
+        key under way is checked after every step."""
         if taken is not None:
             assert result.dispatched + result.buried + result.parked == taken
         stored = cast("dict[bytes, bytes]", self.run(self.client.hgetall(KEYS.events)))
@@ -376,9 +387,12 @@ class QueueModel(SteppedRedis):
                 ))  # fmt: skip
             elif event_id.encode() not in scheduled:
                 assert "parked" in envelope_fields(raw), f"{event_id} left the schedule unparked"
-                self._moved(event_id)
+                self._park(event_id)
                 event.parked = True
                 parked.add(event_id)
+            elif raw != before.get(event_id.encode()) and "parked" in envelope_fields(raw):
+                # Parked and back in the same call (see below): rewritten all the same.
+                self._park(event_id)
             elif envelope_fields(raw).get("attempt", 0) == event.attempt + 1:
                 self._moved(event_id)
                 event.attempt += 1
@@ -393,6 +407,16 @@ class QueueModel(SteppedRedis):
         tail = self.ready_ids()[len(self.ready) :]
         assert sorted(tail) == sorted(pushed)
         self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
+
+    def _park(self, event_id: str) -> None:
+        """Dispatch parked the event on its serial key: the envelope it rewrote (`parked`,
+        `serial`) leaves every copy in the ready list stale, and an attempt under way, a lost
+        worker's whose lease ended, is over (its `due_at` dropped: it may not run beside the
+        key's holder). Its attempt count stays: parking spends none."""
+        self._moved(event_id)
+        event = self.pending[event_id]
+        event.under_way = False
+        event.generation = self._new_generation()
 
     def claim(self, count: int, lease_ms: int) -> None:
         claimed = self.run(self.store.claim(count, lease_ms=lease_ms))
@@ -499,9 +523,10 @@ class QueueModel(SteppedRedis):
         an attempt dispatched again or settled meanwhile."""
         extended = self.run(self.store.extend_lease(envelope, lease_ms))
         event = self.pending.get(envelope.id)
-        under_way = event is not None and (event.version, event.attempt) == (
-            envelope.version,
-            envelope.attempt,
+        under_way = (
+            event is not None
+            and event.under_way  # not parked since, which ended it
+            and (event.version, event.attempt) == (envelope.version, envelope.attempt)
         )
         assert extended is under_way
         if event is not None and under_way:
@@ -528,6 +553,8 @@ class QueueModel(SteppedRedis):
             event.error = error
             event.due_now = retry_ms == 0
             event.under_way = False
+            # A lost attempt parked since: its retry is scheduled, out of the parked set.
+            event.parked = False
             event.generation = self._new_generation()
 
     def _bury(self, event_id: str, error: str) -> None:
