@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -151,26 +150,35 @@ class Dispatcher:
                     pause = min(pause, wait)
                     continue
             due_stores.append(store)
-        limiter = asyncio.Semaphore(CONCURRENT_DISPATCHES)
+        limiter = anyio.CapacityLimiter(CONCURRENT_DISPATCHES)
+        outcomes: list[DispatchResult | Exception] = [
+            RuntimeError("not dispatched") for _ in due_stores
+        ]
 
-        async def dispatch(store: QueueStore) -> DispatchResult:
+        async def dispatch(index: int, store: QueueStore) -> None:
+            # Each call's error is kept with its store, never raised into the task group:
+            # a refused type is set aside on its own, and a connection error leaves as itself
+            # (not an exception group) for the retry loop of _dispatch_forever.
             async with limiter:
-                return await store.dispatch(
-                    batch_size=config.scheduling_batch_size,
-                    lease_ms=config.lease_ms,
-                    max_attempts=config.retry_attempts,
-                    ready_capacity=config.ready_capacity,
-                )
+                try:
+                    outcomes[index] = await store.dispatch(
+                        batch_size=config.scheduling_batch_size,
+                        lease_ms=config.lease_ms,
+                        max_attempts=config.retry_attempts,
+                        ready_capacity=config.ready_capacity,
+                    )
+                except Exception as exc:
+                    outcomes[index] = exc
 
-        outcomes = await asyncio.gather(
-            *(dispatch(store) for store in due_stores), return_exceptions=True
-        )
+        async with anyio.create_task_group() as calls:
+            for index, store in enumerate(due_stores):
+                calls.start_soon(dispatch, index, store)
         for store, outcome in zip(due_stores, outcomes, strict=True):
             if isinstance(outcome, ResponseError):
                 # The server answered, and refused this type only: the others go on.
                 pause = min(pause, self._set_type_aside(store, outcome))
                 continue
-            if isinstance(outcome, BaseException):
+            if isinstance(outcome, Exception):
                 raise outcome
             if self._set_aside.pop(store.keys.schedule, None) is not None:
                 logger.info("dispatching %s recovered", store.event_type)

@@ -18,11 +18,11 @@ WAIT, WAITAOF), since those confirm only the writes of their own connection.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
+import anyio
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import ResponseError
@@ -169,28 +169,34 @@ async def _cluster_pipeline(client: RedisCluster, step: Pipeline) -> Any:
         by_node.setdefault(node, []).append(PipelineCommand(position, *command))
     confirmations: list[Confirmation] = []
 
+    failures: list[Exception] = []
+
     async def send(node: ClusterNode, node_commands: list[PipelineCommand]) -> None:
         # Each reply (or error) lands on its command; a connection error fails them all.
         # The node's confirmation follows its calls on the same connection.
         confirming = [PipelineCommand(-1, *command) for command in confirm]
-        await within_reply_timeout(
-            node.execute_pipeline([*node_commands, *confirming]), blocking=_blocking(step)
-        )
+        try:
+            await within_reply_timeout(
+                node.execute_pipeline([*node_commands, *confirming]), blocking=_blocking(step)
+            )
+        except Exception as exc:  # kept, so that the caller gets it as itself (see below)
+            failures.append(exc)
+            return
         for node_command in node_commands:
             replies[node_command.position] = node_command.result
         if confirming:
             positions = [node_command.position for node_command in node_commands]
             confirmations.append(Confirmation(positions, [c.result for c in confirming]))
 
-    # gather rather than a task group: a node that fails raises its own error (a
-    # ConnectionError the caller handles), not an exception group around it.
-    outcomes = await asyncio.gather(
-        *(send(node, node_commands) for node, node_commands in by_node.items()),
-        return_exceptions=True,
-    )
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            raise outcome
+    # A task group of anyio's, as everywhere in the library (asyncio.gather's tasks escape
+    # the caller's cancel scopes: a dispatcher stopped during a gather once left a service's
+    # shutdown waiting), and a node's failure leaves as itself, a ConnectionError the
+    # caller handles, not an exception group around it.
+    async with anyio.create_task_group() as nodes:
+        for node, node_commands in by_node.items():
+            nodes.start_soon(send, node, node_commands)
+    if failures:
+        raise failures[0]
     return ConfirmedReplies(replies, confirmations) if step.confirm else replies
 
 
