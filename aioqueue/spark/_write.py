@@ -1,0 +1,144 @@
+"""Writing the prepared rows as events, in the executors: one `mapInArrow` task per Spark
+partition, whatever the session kind (classic or Spark Connect).
+
+A task reads Arrow record batches of (id, payload JSON, due ms, context values...), groups
+their rows by queue partition into enqueue script calls of `batch_size` rows, each built by
+writes.enqueue_call (the builder every producer uses), sends them pipelined on a blocking
+client, and yields one row with its counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from aioqueue._engine.client import SyncRedisClient
+from aioqueue._engine.keys import QueueLayout, partition_of
+from aioqueue._engine.scripts import ENQUEUE
+from aioqueue._engine.steps import run_steps_sync
+from aioqueue._engine.writes import EnqueueItem, enqueue_call, scheduled_flags
+
+from ._connection import redis_client
+
+__all__ = ["COUNTS_SCHEMA", "WritePlan", "write_batches"]
+
+COUNTS_SCHEMA = "scheduled long, already_pending long"
+"""What each task yields: one row of its counts."""
+
+# Script calls sent in one pipeline round trip by a task.
+PIPELINE_CHUNKS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """What a task needs to write its rows; pickled to the executors."""
+
+    url: str
+    layout: QueueLayout
+    run_id: str
+    """One per write: a retried task finds what its failed attempt wrote under it."""
+    absolute: bool
+    replace: bool
+    batch_size: int
+    context_names: tuple[str, ...]
+    context_maps: tuple[bool, ...]
+
+
+def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Writes one Spark partition's rows (the `mapInArrow` function); yields its counts."""
+    with redis_client(plan.url) as client:
+        writer = _ChunkWriter(plan, client)
+        for batch in batches:
+            writer.add(batch)
+        writer.finish()
+    yield pa.RecordBatch.from_pydict(
+        {"scheduled": [writer.scheduled], "already_pending": [writer.already_pending]},
+        schema=pa.schema([("scheduled", pa.int64()), ("already_pending", pa.int64())]),
+    )
+
+
+class _ChunkWriter:
+    """Groups rows by queue partition into script calls and sends them in pipelines.
+
+    Holds at most one unfinished chunk per queue partition plus one pipeline's worth of
+    full ones, whatever the size of the Spark partition.
+    """
+
+    def __init__(self, plan: WritePlan, client: SyncRedisClient) -> None:
+        self._plan = plan
+        self._client = client
+        self._keys = plan.layout.all_keys
+        self._open: list[list[EnqueueItem]] = [[] for _ in self._keys]
+        self._full: list[tuple[int, list[EnqueueItem]]] = []
+        self.scheduled = 0
+        self.already_pending = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        ids: list[str] = batch.column(0).to_pylist()
+        payloads: list[str] = batch.column(1).to_pylist()
+        due: list[int] = batch.column(2).to_pylist()
+        contexts = self._context_json(batch)
+        absolute = self._plan.absolute
+        partitions = len(self._open)
+        for row, event_id in enumerate(ids):
+            partition = partition_of(event_id, partitions) if partitions > 1 else 0
+            chunk = self._open[partition]
+            chunk.append(EnqueueItem(event_id, payloads[row], contexts[row], due[row], absolute))
+            if len(chunk) >= self._plan.batch_size:
+                self._full.append((partition, chunk))
+                self._open[partition] = []
+                if len(self._full) >= PIPELINE_CHUNKS:
+                    self._send()
+
+    def finish(self) -> None:
+        """Sends what is left."""
+        self._full += [(partition, chunk) for partition, chunk in enumerate(self._open) if chunk]
+        self._open = [[] for _ in self._open]
+        self._send()
+
+    def _context_json(self, batch: pa.RecordBatch) -> list[str]:
+        """Each row's context as the JSON object the envelope stores."""
+        if not self._plan.context_names:
+            return ["{}"] * batch.num_rows
+        columns: list[list[Any]] = [
+            batch.column(3 + position).to_pylist()
+            for position in range(len(self._plan.context_names))
+        ]
+        contexts = []
+        for row in range(batch.num_rows):
+            context: dict[str, str] = {}
+            for name, is_map, values in zip(
+                self._plan.context_names, self._plan.context_maps, columns, strict=True
+            ):
+                value = values[row]
+                if value is None:
+                    continue
+                if is_map:
+                    # Arrow gives a map as its (key, value) pairs; a later column wins.
+                    context.update((key, item) for key, item in value if item is not None)
+                else:
+                    context[name] = value
+            contexts.append(orjson.dumps(context).decode())
+        return contexts
+
+    def _send(self) -> None:
+        """Sends the full chunks as one pipeline of enqueue script calls and counts the
+        replies."""
+        if not self._full:
+            return
+        chunks, self._full = self._full, []
+        calls = [
+            enqueue_call(
+                self._keys[partition], self._plan.layout.event_type, chunk,
+                replace=self._plan.replace, run_id=self._plan.run_id,
+            )
+            for partition, chunk in chunks
+        ]  # fmt: skip
+        for reply in run_steps_sync(self._client, ENQUEUE.pipelined_steps(self._client, calls)):
+            scheduled = sum(scheduled_flags(reply))
+            self.scheduled += scheduled
+            self.already_pending += len(reply) - scheduled
