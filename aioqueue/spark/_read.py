@@ -268,8 +268,8 @@ def _read_page(
 def _batch(kind: Kind, page: list[tuple[str, float, bytes | str | None]]) -> pa.RecordBatch:
     """One page's rows; an entry whose envelope is gone since it was listed (handled,
     cancelled, requeued) is left out."""
-    columns: list[list[Any]] = [[] for _ in _ARROW_SCHEMA]
     pending = kind == "pending"
+    ids, due, attempts, payloads, contexts, errors, died = [], [], [], [], [], [], []
     for event_id, score, raw in page:
         if raw is None:
             continue
@@ -282,20 +282,19 @@ def _batch(kind: Kind, page: list[tuple[str, float, bytes | str | None]]) -> pa.
         payload = stored_payload(fields)
         context = fields.get("context")
         error = fields.get("error")
-        row = (
-            event_id,
-            int(score) if pending else _integer(fields.get("due_at")),
-            # Left out of an envelope while 0; unknown (null) when the envelope was unreadable.
-            _integer(fields.get("attempt", 0 if payload is not None else None)),
-            payload if isinstance(payload, str) else None,
+        ids.append(event_id)
+        due.append(int(score) if pending else _integer(fields.get("due_at")))
+        # Left out of an envelope while 0; unknown (null) when the envelope was unreadable.
+        attempts.append(_integer(fields.get("attempt", 0 if payload is not None else None)))
+        payloads.append(payload if isinstance(payload, str) else None)
+        contexts.append(
             {k: v for k, v in context.items() if isinstance(v, str)}
             if isinstance(context, dict)
-            else {},
-            error if isinstance(error, str) else None,
-            None if pending else int(score),
+            else {}
         )
-        for column, value in zip(columns, row, strict=True):
-            column.append(value)
+        errors.append(error if isinstance(error, str) else None)
+        died.append(None if pending else int(score))
+    columns = [ids, due, attempts, payloads, contexts, errors, died]
     return pa.RecordBatch.from_arrays(
         [
             pa.array(column, type=field.type)
