@@ -5,11 +5,16 @@ A task reads Arrow record batches of (id, payload JSON, due ms, context values..
 their rows by queue partition into enqueue script calls of `batch_size` rows, each built by
 writes.enqueue_call (the builder every producer uses), sends them pipelined on a blocking
 client, and yields one row with its counts.
+
+A pipeline is sent from a thread of the task's own while the task prepares the next one (the
+socket wait releases the GIL). Sent from the task's thread, each task would leave Redis idle
+while it prepares, and two tasks fall into step: both prepare, then both wait.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,8 +55,11 @@ class WritePlan:
 
 def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Writes one Spark partition's rows (the `mapInArrow` function); yields its counts."""
-    with redis_client(plan.url) as client:
-        writer = _ChunkWriter(plan, client)
+    with (
+        redis_client(plan.url) as client,
+        ThreadPoolExecutor(1, thread_name_prefix="aioqueue-spark-writer") as sender,
+    ):
+        writer = _ChunkWriter(plan, client, sender)
         for batch in batches:
             writer.add(batch)
         writer.finish()
@@ -64,16 +72,20 @@ def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterato
 class _ChunkWriter:
     """Groups rows by queue partition into script calls and sends them in pipelines.
 
-    Holds at most one unfinished chunk per queue partition plus one pipeline's worth of
-    full ones, whatever the size of the Spark partition.
+    Holds at most one unfinished chunk per queue partition, one pipeline's worth of full
+    ones and one pipeline in flight, whatever the size of the Spark partition.
     """
 
-    def __init__(self, plan: WritePlan, client: SyncRedisClient) -> None:
+    def __init__(
+        self, plan: WritePlan, client: SyncRedisClient, sender: ThreadPoolExecutor
+    ) -> None:
         self._plan = plan
         self._client = client
+        self._sender = sender
         self._keys = plan.layout.all_keys
         self._open: list[list[EnqueueItem]] = [[] for _ in self._keys]
         self._full: list[tuple[int, list[EnqueueItem]]] = []
+        self._in_flight: Future[list[Any]] | None = None
         self.scheduled = 0
         self.already_pending = 0
 
@@ -95,10 +107,11 @@ class _ChunkWriter:
                     self._send()
 
     def finish(self) -> None:
-        """Sends what is left."""
+        """Sends what is left and waits until every pipeline has been answered."""
         self._full += [(partition, chunk) for partition, chunk in enumerate(self._open) if chunk]
         self._open = [[] for _ in self._open]
         self._send()
+        self._await_sent()
 
     def _context_json(self, batch: pa.RecordBatch) -> list[str]:
         """Each row's context as the JSON object the envelope stores."""
@@ -126,8 +139,8 @@ class _ChunkWriter:
         return contexts
 
     def _send(self) -> None:
-        """Sends the full chunks as one pipeline of enqueue script calls and counts the
-        replies."""
+        """Starts sending the full chunks as one pipeline of enqueue script calls, once the
+        previous pipeline has been answered."""
         if not self._full:
             return
         chunks, self._full = self._full, []
@@ -138,7 +151,16 @@ class _ChunkWriter:
             )
             for partition, chunk in chunks
         ]  # fmt: skip
-        for reply in run_steps_sync(self._client, ENQUEUE.pipelined_steps(self._client, calls)):
+        self._await_sent()
+        steps = ENQUEUE.pipelined_steps(self._client, calls)
+        self._in_flight = self._sender.submit(run_steps_sync, self._client, steps)
+
+    def _await_sent(self) -> None:
+        """Counts the replies of the pipeline in flight (raising what it raised)."""
+        if self._in_flight is None:
+            return
+        replies, self._in_flight = self._in_flight.result(), None
+        for reply in replies:
             scheduled = sum(scheduled_flags(reply))
             self.scheduled += scheduled
             self.already_pending += len(reply) - scheduled
