@@ -1,8 +1,8 @@
 """Talking to Redis from Spark's synchronous code, on the driver and in executor tasks.
 
 Spark calls plain functions, so they talk to Redis on a blocking client and run the
-library's conversations (aioqueue._engine.steps) with `run_steps_sync`: no event loop, no
-helper thread, and nothing that minds a driver already inside a running loop (a notebook).
+library's conversations (aioqueue._engine.steps) with `run_steps_sync`: no event loop, and
+nothing that minds a driver already inside a running loop (a notebook).
 """
 
 from __future__ import annotations

@@ -247,22 +247,29 @@ def _read_page(
     client: SyncRedisClient, task: _Slice, low: float, skip: int
 ) -> list[tuple[str, float, bytes | str | None]]:
     high = "+inf" if task.high == math.inf else f"({task.high!r}"
-    entries = cast(
-        "list[tuple[bytes, float]]",
-        client.zrange(
-            task.index,
-            "-inf" if low == -math.inf else repr(low),
-            high,
-            byscore=True,
-            offset=skip,
-            num=PAGE_SIZE,
-            withscores=True,
-        ),
+    # As a plain command: redis-py's own ZRANGE WITHSCORES turns each RESP3 score back into
+    # the RESP2 bytes and then into a float, a third of a reading task's time per event.
+    reply = client.execute_command(  # type: ignore[no-untyped-call]
+        "ZRANGE",
+        task.index,
+        "-inf" if low == -math.inf else repr(low),
+        high,
+        "BYSCORE",
+        "LIMIT",
+        skip,
+        PAGE_SIZE,
+        "WITHSCORES",
     )
-    if not entries:
+    if not reply:
         return []
-    envelopes = cast("list[bytes | None]", client.hmget(task.values, [id_ for id_, _ in entries]))
-    return [(text(id_), score, raw) for (id_, score), raw in zip(entries, envelopes, strict=True)]
+    if isinstance(reply[0], list):  # RESP3: [member, score] pairs
+        ids = [text(member) for member, _ in reply]
+        scores = [float(score) for _, score in reply]
+    else:  # RESP2: member, score, member, score, ...
+        ids = [text(member) for member in reply[::2]]
+        scores = [float(score) for score in reply[1::2]]
+    envelopes = cast("list[bytes | None]", client.hmget(task.values, ids))
+    return list(zip(ids, scores, envelopes, strict=True))
 
 
 def _batch(kind: Kind, page: list[tuple[str, float, bytes | str | None]]) -> pa.RecordBatch:
