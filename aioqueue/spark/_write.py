@@ -3,8 +3,9 @@ partition, whatever the session kind (classic or Spark Connect).
 
 A task reads Arrow record batches of (id, payload JSON, due ms, context values...), groups
 their rows by queue partition into enqueue script calls of `batch_size` rows, each built by
-writes.enqueue_call (the builder every producer uses), sends them pipelined on a blocking
-client, and yields one row with its counts.
+writes.enqueue_call (the builder every producer uses), sends them together on a blocking
+client (writes.enqueue_calls_steps: one pipeline on a single server, one per node on a
+cluster), and yields one row with its counts.
 
 A pipeline is sent from a thread of the task's own while the task prepares the next one (the
 socket wait releases the GIL). Sent from the task's thread, each task would leave Redis idle
@@ -23,9 +24,13 @@ import pyarrow as pa
 
 from aioqueue._engine.client import SyncRedisClient
 from aioqueue._engine.keys import QueueLayout, partition_of
-from aioqueue._engine.scripts import ENQUEUE
 from aioqueue._engine.steps import run_steps_sync
-from aioqueue._engine.writes import EnqueueItem, enqueue_call, scheduled_flags
+from aioqueue._engine.writes import (
+    EnqueueItem,
+    enqueue_call,
+    enqueue_calls_steps,
+    scheduled_flags,
+)
 
 from ._connection import redis_client
 
@@ -152,7 +157,7 @@ class _ChunkWriter:
             for partition, chunk in chunks
         ]  # fmt: skip
         self._await_sent()
-        steps = ENQUEUE.pipelined_steps(self._client, calls)
+        steps = enqueue_calls_steps(self._client, calls)
         self._in_flight = self._sender.submit(run_steps_sync, self._client, steps)
 
     def _await_sent(self) -> None:
