@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from spark_schedule import local_spark
+from spark_sessions import local_spark
 
 from aioqueue.spark import read_pending
 

@@ -1,12 +1,15 @@
 """The nightly reconciliation job: (re)schedule a payment check for every unpaid order.
 
     AIOQUEUE_URL=redis://localhost:6379 python examples/spark_reconcile.py
+    SPARK_REMOTE=sc://localhost:15002 AIOQUEUE_URL=... python examples/spark_reconcile.py
 
 It writes a small Parquet table of orders (standing in for the system of record), reads the
 unpaid ones and schedules a `PaymentCheck` for each, due 30 minutes after the order was
 placed. Then it runs the same job again, as tomorrow's run would: every check is still
 pending, so nothing new is scheduled. Without AIOQUEUE_URL it starts an embedded server
-(`pip install 'aioqueue-redis[demo,spark]'`).
+(`pip install 'aioqueue-redis[demo,spark]'`). It runs in a local[2] session, or with
+SPARK_REMOTE as a client of that Spark Connect server, whose executors then write the
+events (they need aioqueue installed, and to reach AIOQUEUE_URL; so does this process).
 
 The worker side is an ordinary service with a handler for
 
@@ -90,7 +93,10 @@ def redis_url() -> Iterator[str]:
         yield server.url
 
 
-def main() -> None:
+def session() -> SparkSession:
+    """A Spark Connect session when SPARK_REMOTE names a server, else a local one."""
+    if remote := os.environ.get("SPARK_REMOTE"):
+        return SparkSession.builder.remote(remote).getOrCreate()
     # Spark's workers must run this interpreter, the one that has aioqueue installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
@@ -101,6 +107,11 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main() -> None:
+    spark = session()
     try:
         with redis_url() as url, tempfile.TemporaryDirectory() as workdir:
             for name, result in zip(

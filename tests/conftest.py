@@ -283,6 +283,7 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
 pytest_plugins = [
     "tests.spark_fixtures",
     "tests.spark_standalone",
+    "tests.spark_connect",
     "tests.browser_support",
     "tests.tls_support",
     "aioqueue.pytest_plugin",

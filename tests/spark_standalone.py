@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +123,12 @@ def kill_executor_python_workers() -> int:
     workers it forked), as a crashing task would die: the task running on them fails and
     Spark retries it. The test session's own local[2] workers are left alone. Returns how
     many processes were killed."""
+    return kill_python_descendants(lambda _, command: b"CoarseGrainedExecutorBackend" in command)
+
+
+def kill_python_descendants(is_root: Callable[[int, bytes], bool]) -> int:
+    """SIGKILLs every Python process descended from a process that `is_root(pid, command
+    line)` accepts; returns how many."""
     parents = {}
     commands = {}
     for entry in Path("/proc").iterdir():
@@ -134,10 +140,18 @@ def kill_executor_python_workers() -> int:
         except OSError:
             continue  # gone meanwhile
         parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    executors = {pid for pid, cmd in commands.items() if b"CoarseGrainedExecutorBackend" in cmd}
-    doomed = {pid for pid, parent in parents.items() if parent in executors}
-    doomed |= {pid for pid, parent in parents.items() if parent in doomed}
-    doomed = {pid for pid in doomed if b"python" in commands.get(pid, b"")}
+    roots = {pid for pid, command in commands.items() if is_root(pid, command)}
+    below = set(roots)
+    while grown := {pid for pid, parent in parents.items() if parent in below} - below:
+        below |= grown
+    # By the program run: a JVM's class path names site-packages/pyspark, under python3.x.
+    doomed = {
+        pid
+        for pid in below - roots
+        if Path(commands.get(pid, b"").split(b" ")[0].decode(errors="replace")).name.startswith(
+            "python"
+        )
+    }
     for pid in doomed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -19,7 +19,7 @@ DISTRIBUTION = "aioqueue-redis"
 INSTALL = re.compile(r"pip install (?:-e )?'([\w.-]+)\[([a-z,]+)\]'")
 # Modules whose messages still name the old distribution; each is listed until it is
 # changed, and the test fails once it no longer needs to be.
-PENDING_RENAME = {"aioqueue/spark/__init__.py"}
+PENDING_RENAME: set[str] = set()
 
 
 def pyproject() -> dict[str, Any]:

@@ -1,16 +1,21 @@
-"""examples/spark_reconcile.py does what it says, on the test session's Spark and server."""
+"""examples/spark_reconcile.py does what it says, on the test session's Spark and server, and
+as a program that is a client of the session's Spark Connect server."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
+import anyio
 import pytest
 import redis.asyncio as redis
 from pyspark.sql import SparkSession
 
 from aioqueue.spark import ScheduleResult
+from tests.spark_connect import ConnectServer
 from tests.spark_fixtures import off_loop
 from tests.support import queue_key
 
@@ -18,6 +23,7 @@ from tests.support import queue_key
 pytestmark = pytest.mark.timeout(180)
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "spark_reconcile.py"
+CHECKS = [f"payment-check-{1000 + n}".encode() for n in (1, 2, 4, 5, 7, 8)]
 
 
 def load_example() -> ModuleType:
@@ -37,4 +43,23 @@ async def test_the_reconciliation_job_schedules_each_unpaid_order_once(
     assert first == ScheduleResult(scheduled=6, already_pending=0)
     assert second == ScheduleResult(scheduled=0, already_pending=6)
     events = await redis_client.hgetall(queue_key("PaymentCheck", "events"))
-    assert sorted(events) == [f"payment-check-{1000 + n}".encode() for n in (1, 2, 4, 5, 7, 8)]
+    assert sorted(events) == CHECKS
+
+
+async def test_the_program_runs_as_a_spark_connect_client(
+    connect_server: ConnectServer, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """With SPARK_REMOTE, PySpark's own builder makes the whole program a Connect client
+    (its pyspark.sql.functions included), as in a notebook on a managed platform."""
+    result = await anyio.run_process(
+        [sys.executable, str(EXAMPLE)],
+        env={**os.environ, "SPARK_REMOTE": connect_server.url, "AIOQUEUE_URL": redis_url},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert result.stdout.decode().splitlines() == [
+        "first run: 6 scheduled, 0 already pending",
+        "second run: 0 scheduled, 6 already pending",
+    ]
+    events = await redis_client.hgetall(queue_key("PaymentCheck", "events"))
+    assert sorted(events) == CHECKS

@@ -1,10 +1,12 @@
 """aioqueue.spark stays optional: `import aioqueue` never loads PySpark, and without PySpark
-`import aioqueue.spark` says how to install it."""
+(or the PyArrow its tasks need) `import aioqueue.spark` says how to install it."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
 
 import aioqueue.spark
 
@@ -20,21 +22,29 @@ def test_importing_aioqueue_does_not_import_pyspark() -> None:
     assert run_python("import sys, aioqueue; print('pyspark' in sys.modules)") == "False"
 
 
-def test_without_pyspark_the_import_error_names_the_extra() -> None:
+@pytest.mark.parametrize(
+    ("missing", "message"),
+    [
+        ("pyspark", "aioqueue.spark needs PySpark: pip install 'aioqueue-redis[spark]'"),
+        (
+            "pyarrow",
+            "aioqueue.spark needs PyArrow beside PySpark: pip install 'aioqueue-redis[spark]'",
+        ),
+    ],
+)
+def test_without_a_dependency_the_import_error_names_the_extra(missing: str, message: str) -> None:
     code = (
         "import sys\n"
-        "sys.modules['pyspark'] = None  # as if it were not installed\n"
+        f"sys.modules[{missing!r}] = None  # as if it were not installed\n"
         "try:\n"
         "    import aioqueue.spark\n"
         "except ImportError as error:\n"
         "    print(type(error).__name__, '|', error)\n"
     )
-    assert run_python(code) == (
-        "ModuleNotFoundError | aioqueue.spark needs PySpark: pip install 'aioqueue[spark]'"
-    )
+    assert run_python(code) == f"ModuleNotFoundError | {message}"
 
 
 def test_all_lists_exactly_the_public_names() -> None:
     public = {name for name in vars(aioqueue.spark) if not name.startswith("_")}
-    public -= {"annotations", "pyspark"}
+    public -= {"annotations", "pyspark", "pyarrow"}
     assert set(aioqueue.spark.__all__) == public

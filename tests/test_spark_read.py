@@ -193,3 +193,19 @@ async def test_an_unknown_type_reads_as_an_empty_frame(
     assert pending.count() == 0
     assert dead.count() == 0
     assert dead.dtypes == DEAD_LETTER_COLUMNS
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_the_readers_read_either_protocols_replies(
+    spark: SparkSession, redis_url: str, redis_client: redis.Redis, protocol: int
+) -> None:
+    """The tasks read ZRANGE's raw reply, whose shape RESP2 and RESP3 tell apart."""
+    for n, due in enumerate([DUE_MS, DUE_MS + 1, DUE_MS + 1]):
+        await redis_client.hset(queue_key("PaymentCheck", "events"), f"p-{n}", f'{{"p":"{n}"}}')
+        await redis_client.zadd(queue_key("PaymentCheck", "schedule"), {f"p-{n}": due})
+    url = f"{redis_url}?protocol={protocol}"
+    pending = await off_loop(read_pending, spark, url, PaymentCheck)
+    rows = pending.select("id", F.unix_millis("due_at"), "payload").orderBy("id").collect()
+    assert [tuple(row) for row in rows] == [
+        ("p-0", DUE_MS, "0"), ("p-1", DUE_MS + 1, "1"), ("p-2", DUE_MS + 1, "2")
+    ]  # fmt: skip

@@ -207,3 +207,26 @@ async def test_an_empty_frame_schedules_nothing_and_records_the_type(
     result = await off_loop(schedule_dataframe, orders, PaymentCheck, url=redis_url, prefix="p")
     assert result == ScheduleResult()
     assert await redis_client.hgetall(registry_key("p")) == {b"PaymentCheck": b"1"}
+
+
+async def test_context_merges_string_and_map_columns_without_nulls(
+    spark: SparkSession, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A map column's entries join the context beside single values (a later column wins on
+    a shared key); null values, and null maps, are left out."""
+    orders = spark.sql(
+        "SELECT * FROM VALUES "
+        "('p-1', 1, 't-1', map('tenant', 'acme', 'trace', 'from-map', 'gone', NULL), 7), "
+        "('p-2', 2, NULL, CAST(NULL AS MAP<STRING, STRING>), NULL) "
+        "AS t(id, order_id, trace, tags, shard)"
+    )
+    await off_loop(
+        schedule_dataframe,
+        orders,
+        PaymentCheck,
+        url=redis_url,
+        context_cols=["trace", "tags", "shard"],
+    )
+    stored = await envelopes(redis_client)
+    assert stored["p-1"]["context"] == {"trace": "from-map", "tenant": "acme", "shard": "7"}
+    assert stored["p-2"].get("context", {}) == {}

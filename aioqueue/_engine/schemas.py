@@ -28,6 +28,7 @@ __all__ = [
     "publish_schema",
     "publish_schema_steps",
     "read_schema",
+    "read_schema_steps",
     "read_schemas",
     "resolved",
     "schema_fields",
@@ -108,9 +109,13 @@ def publish_schema_steps(
 
 
 async def read_schema(client: RedisClient, prefix: str, event_type: str) -> PublishedSchema | None:
+    """The type's published schema (see read_schema_steps)."""
+    return await run_steps(client, read_schema_steps(prefix, event_type))
+
+
+def read_schema_steps(prefix: str, event_type: str) -> Steps[PublishedSchema | None]:
     """The type's published schema; None when none is, or the entry is unusable (logged)."""
-    raw = await within_reply_timeout(client.hget(schemas_key(prefix), event_type))
-    return _usable(event_type, raw)
+    return _usable(event_type, (yield ("HGET", schemas_key(prefix), event_type)))
 
 
 def _usable(event_type: str, raw: bytes | str | None) -> PublishedSchema | None:

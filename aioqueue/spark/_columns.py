@@ -2,6 +2,9 @@
 
 Everything here runs on the driver before anything is written: the schema checks cost
 nothing, the data checks (null ids, null due times, negative delays) are one aggregation.
+Expressions are Spark SQL text (`selectExpr`), not pyspark.sql.functions: those build
+classic or Connect columns by a process-wide switch (the SPARK_CONNECT_MODE_ENABLED
+variable), not by the session the frame belongs to, while SQL text means the same on both.
 """
 
 from __future__ import annotations
@@ -9,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from aioqueue._engine.keys import validate_prefix
@@ -24,6 +26,7 @@ __all__ = ["InvalidDataFrameError", "ScheduleColumns", "checked_event_type", "ch
 ID = "_aioqueue_id"
 PAYLOAD = "_aioqueue_payload"
 DUE_MS = "_aioqueue_due_ms"
+CONTEXT = "_aioqueue_context_{}"
 
 # Types that Spark's to_json writes as plain JSON values a handler's event class can read.
 _JSON_ATOMIC_TYPES = (
@@ -125,15 +128,18 @@ class ScheduleColumns:
         payload_cols = self._payload_cols(df)
         for name in payload_cols:
             _check_json(name, fields[name].dataType, name)
-        context = [_context_column(name, fields[name].dataType) for name in self.context_cols]
+        context = [
+            f"{_context_value(name, fields[name].dataType)} AS {CONTEXT.format(position)}"
+            for position, name in enumerate(self.context_cols)
+        ]
         columns = [
-            _col(self.id_col).alias(ID),
-            _payload_json(payload_cols).alias(PAYLOAD),
-            self._due_ms(fields).alias(DUE_MS),
+            f"{_quoted(self.id_col)} AS {ID}",
+            f"{_payload_json(payload_cols)} AS {PAYLOAD}",
+            f"{self._due_ms(fields)} AS {DUE_MS}",
             *context,
         ]
         return PreparedFrame(
-            frame=df.select(*columns),
+            frame=df.selectExpr(*columns),
             payload_types=tuple((name, fields[name].dataType) for name in payload_cols),
             context_names=tuple(self.context_cols),
             context_maps=tuple(
@@ -161,7 +167,8 @@ class ScheduleColumns:
             )
         return payload_cols
 
-    def _due_ms(self, fields: dict[str, T.StructField]) -> Column:
+    def _due_ms(self, fields: dict[str, T.StructField]) -> str:
+        """The due time as epoch ms ('at') or a delay in ms, in SQL."""
         if self.due_col is not None:
             due_type = fields[self.due_col].dataType
             if not isinstance(due_type, T.TimestampType):
@@ -175,20 +182,22 @@ class ScheduleColumns:
                     f"due column {self.due_col!r} must be a timestamp, got "
                     f"{due_type.simpleString()}{hint}"
                 )
-            return F.unix_millis(_col(self.due_col))
+            return f"unix_millis({_quoted(self.due_col)})"
         if self.delay_col is None:
-            return F.lit(0).cast("long")
-        delay = _col(self.delay_col)
+            return "CAST(0 AS BIGINT)"
+        delay = _quoted(self.delay_col)
         delay_type = fields[self.delay_col].dataType
         if isinstance(delay_type, T.IntegralType):
-            return delay.cast("long") * 1000
-        if isinstance(delay_type, (T.FloatType, T.DoubleType, T.DecimalType)):
+            return f"CAST({delay} AS BIGINT) * 1000"
+        if isinstance(delay_type, T.DecimalType):
+            return f"CAST(round({delay} * 1000) AS BIGINT)"
+        if isinstance(delay_type, (T.FloatType, T.DoubleType)):
             # NaN is no delay at all: make it null so that the data check reports it.
-            not_a_number = F.isnan(delay) if not isinstance(delay_type, T.DecimalType) else None
-            millis = F.round(delay * 1000).cast("long")
-            return millis if not_a_number is None else F.when(~not_a_number, millis)
+            return (
+                f"CASE WHEN isnan({delay}) THEN NULL ELSE CAST(round({delay} * 1000) AS BIGINT) END"
+            )
         if isinstance(delay_type, T.DayTimeIntervalType):
-            return F.unix_millis(F.timestamp_seconds(F.lit(0)) + delay)
+            return f"unix_millis(timestamp_seconds(0) + {delay})"
         raise InvalidDataFrameError(
             f"delay column {self.delay_col!r} must hold seconds (a number) or a day-time "
             f"interval, got {delay_type.simpleString()}"
@@ -209,18 +218,17 @@ class PreparedFrame:
 
     def check_data(self) -> None:
         """One aggregation over the frame: raises if any id or due time is unusable."""
-        id_, due = F.col(ID), F.col(DUE_MS)
-        checks: dict[str, Column] = {
-            "null ids": id_.isNull(),
-            "empty ids": id_ == "",
+        checks = {
+            "null ids": f"{ID} IS NULL",
+            "empty ids": f"{ID} = ''",
         }
         if self.columns.due_col is not None:
-            checks[f"null due times (column {self.columns.due_col!r})"] = due.isNull()
+            checks[f"null due times (column {self.columns.due_col!r})"] = f"{DUE_MS} IS NULL"
         if self.columns.delay_col is not None:
-            checks[f"null or NaN delays (column {self.columns.delay_col!r})"] = due.isNull()
-            checks[f"negative delays (column {self.columns.delay_col!r})"] = due < 0
-        row = self.frame.agg(
-            *(F.count_if(condition).alias(f"c{i}") for i, condition in enumerate(checks.values()))
+            checks[f"null or NaN delays (column {self.columns.delay_col!r})"] = f"{DUE_MS} IS NULL"
+            checks[f"negative delays (column {self.columns.delay_col!r})"] = f"{DUE_MS} < 0"
+        row = self.frame.selectExpr(
+            *(f"count_if({condition}) AS c{i}" for i, condition in enumerate(checks.values()))
         ).first()
         assert row is not None  # a global aggregation always has one row
         problems = [
@@ -232,19 +240,18 @@ class PreparedFrame:
             )
 
 
-def _col(name: str) -> Column:
-    """A top-level column by its exact name, even one with dots or backticks in it."""
-    return F.col("`" + name.replace("`", "``") + "`")
+def _quoted(name: str) -> str:
+    """A top-level column by its exact name in SQL, even one with dots or backticks in it."""
+    return "`" + name.replace("`", "``") + "`"
 
 
-def _payload_json(payload_cols: list[str]) -> Column:
+def _payload_json(payload_cols: list[str]) -> str:
     if not payload_cols:
-        return F.lit("{}")
-    # Nulls are written as null, not dropped: an Optional field without a default must see
-    # null rather than go missing.
-    return F.to_json(
-        F.struct(*(_col(name) for name in payload_cols)), {"ignoreNullFields": "false"}
-    )
+        return "'{}'"
+    # struct() names each field after its column. Nulls are written as null, not dropped:
+    # an Optional field without a default must see null rather than go missing.
+    fields = ", ".join(_quoted(name) for name in payload_cols)
+    return f"to_json(struct({fields}), map('ignoreNullFields', 'false'))"
 
 
 def _check_json(column: str, data_type: T.DataType, path: str) -> None:
@@ -265,15 +272,15 @@ def _check_json(column: str, data_type: T.DataType, path: str) -> None:
         )
 
 
-def _context_column(name: str, data_type: T.DataType) -> Column:
+def _context_value(name: str, data_type: T.DataType) -> str:
     if isinstance(data_type, _CONTEXT_ATOMIC_TYPES):
-        return _col(name).cast("string")
+        return f"CAST({_quoted(name)} AS STRING)"
     if (
         isinstance(data_type, T.MapType)
         and isinstance(data_type.keyType, T.StringType)
         and isinstance(data_type.valueType, _CONTEXT_ATOMIC_TYPES)
     ):
-        return _col(name).cast("map<string,string>")
+        return f"CAST({_quoted(name)} AS MAP<STRING, STRING>)"
     raise InvalidDataFrameError(
         f"context column {name!r} must be a string (or number, boolean, date, timestamp) or a "
         f"map of strings to such values, got {data_type.simpleString()}"

@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import orjson
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueLayout, partition_of
-from aioqueue._engine.schemas import read_schema
-from aioqueue._engine.scripts import ENQUEUE
-from aioqueue._engine.steps import run_steps
-from aioqueue._engine.writes import EnqueueItem, enqueue_call, scheduled_flags
+from aioqueue._engine.keys import QueueLayout
 from aioqueue._model.event import Event
 
 from ._columns import (
@@ -25,13 +18,11 @@ from ._columns import (
     checked_event_type,
     checked_prefix,
 )
-from ._connection import RedisSession, redis_session, resolve_layout
+from ._connection import published_schema, redis_client, resolve_layout
 from ._schema_check import check_payload_columns
+from ._write import COUNTS_SCHEMA, WritePlan, write_batches
 
 __all__ = ["ForeachBatchWriter", "ScheduleResult", "foreach_batch_writer", "schedule_dataframe"]
-
-# Script calls sent in one pipeline round trip by a task.
-PIPELINE_CHUNKS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,11 +168,9 @@ class ScheduleJob:
 
     def write(self, df: DataFrame) -> ScheduleResult:
         prepared = self.columns.prepare(df)
-        with redis_session(self.url) as session:
+        with redis_client(self.url) as client:
             # Read for every write: a deploy may publish a new schema between micro-batches.
-            published = session.run(
-                functools.partial(read_schema, prefix=self.prefix, event_type=self.event_type)
-            )
+            published = published_schema(client, self.prefix, self.event_type)
             if published is not None:
                 check_payload_columns(
                     self.event_type, published.schema, dict(prepared.payload_types)
@@ -189,9 +178,9 @@ class ScheduleJob:
             prepared.check_data()
             if self.layout is None:
                 self.layout = resolve_layout(
-                    session, self.prefix, self.event_type, self.partitions, record=True
+                    client, self.prefix, self.event_type, self.partitions, record=True
                 )
-        plan = _WritePlan(
+        plan = WritePlan(
             url=self.url,
             layout=self.layout,
             run_id=uuid.uuid4().hex,
@@ -201,18 +190,15 @@ class ScheduleJob:
             context_maps=prepared.context_maps,
             context_names=prepared.context_names,
         )
-        write = functools.partial(_write_partition, plan)
-        counts = prepared.frame.rdd.mapPartitions(write).collect()
+        write = functools.partial(write_batches, plan)
+        counts = prepared.frame.mapInArrow(write, COUNTS_SCHEMA).collect()
         # Every task succeeded: no attempt of this run will look at its record again (a
-        # failed run's records expire by themselves, a day after their last write).
-        with redis_session(self.url) as session:
-            session.run(functools.partial(_forget_run, plan))
+        # failed run's records expire by themselves, a day after their last write). A new
+        # client: the job may have outlasted the server's idle timeout.
+        with redis_client(self.url) as client:
+            for keys in plan.layout.all_keys:  # one key per partition, each in its own slot
+                client.delete(keys.run_record(plan.run_id))
         return sum((ScheduleResult(*count) for count in counts), ScheduleResult())
-
-
-async def _forget_run(plan: _WritePlan, client: RedisClient) -> None:
-    for keys in plan.layout.all_keys:  # one key per partition, each in its own hash tag
-        await client.delete(keys.run_record(plan.run_id))
 
 
 def _columns(
@@ -229,124 +215,3 @@ def _columns(
         payload_cols=None if payload_cols is None else tuple(payload_cols),
         context_cols=tuple(context_cols or ()),
     )
-
-
-# -- on the executors ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _WritePlan:
-    """What a task needs to write its rows; pickled to the executors."""
-
-    url: str
-    layout: QueueLayout
-    run_id: str
-    """One per write: a retried task finds what its failed attempt wrote under it."""
-    absolute: bool
-    replace: bool
-    batch_size: int
-    context_names: tuple[str, ...]
-    context_maps: tuple[bool, ...]
-
-
-def _write_partition(plan: _WritePlan, rows: Iterable[Row]) -> Iterator[tuple[int, int]]:
-    """Writes one Spark partition's rows; yields one (scheduled, already pending) count."""
-    with redis_session(plan.url) as session:
-        writer = _ChunkWriter(plan, session)
-        for row in rows:
-            writer.add(row)
-        writer.finish()
-    yield writer.scheduled, writer.already_pending
-
-
-class _ChunkWriter:
-    """Groups rows by queue partition into script calls and sends them in pipelines.
-
-    Holds at most one unfinished chunk per queue partition plus one pipeline's worth of
-    full ones, whatever the size of the Spark partition.
-    """
-
-    def __init__(self, plan: _WritePlan, session: RedisSession) -> None:
-        self._plan = plan
-        self._session = session
-        self._keys = plan.layout.all_keys
-        self._type = plan.layout.event_type
-        self._open: list[list[EnqueueItem]] = [[] for _ in self._keys]
-        self._full: list[tuple[int, list[EnqueueItem]]] = []
-        self._in_flight: Future[list[list[bool]]] | None = None
-        self.scheduled = 0
-        self.already_pending = 0
-
-    def add(self, row: Row) -> None:
-        event_id, payload, due_ms = row[0], row[1], row[2]
-        partition = partition_of(event_id, len(self._open)) if len(self._open) > 1 else 0
-        chunk = self._open[partition]
-        chunk.append(
-            EnqueueItem(
-                id=event_id,
-                payload=payload,
-                context_json=self._context_json(row),
-                due_ms=due_ms,
-                absolute=self._plan.absolute,
-            )
-        )
-        if len(chunk) >= self._plan.batch_size:
-            self._full.append((partition, chunk))
-            self._open[partition] = []
-            if len(self._full) >= PIPELINE_CHUNKS:
-                self._send()
-
-    def finish(self) -> None:
-        """Sends what is left and waits until every pipeline has been answered."""
-        self._full += [(partition, chunk) for partition, chunk in enumerate(self._open) if chunk]
-        self._open = [[] for _ in self._open]
-        self._send()
-        self._await_sent()
-
-    def _context_json(self, row: Row) -> str:
-        if not self._plan.context_names:
-            return "{}"
-        context: dict[str, str] = {}
-        for offset, (name, is_map) in enumerate(
-            zip(self._plan.context_names, self._plan.context_maps, strict=True), start=3
-        ):
-            value = row[offset]
-            if value is None:
-                continue
-            if is_map:
-                context.update((key, item) for key, item in value.items() if item is not None)
-            else:
-                context[name] = value
-        return orjson.dumps(context).decode()
-
-    def _send(self) -> None:
-        """Sends the full chunks as one pipeline. It runs while the next rows are read; the
-        previous pipeline is awaited first, so at most one is in flight."""
-        self._await_sent()
-        if self._full:
-            chunks, self._full = self._full, []
-            self._in_flight = self._session.submit(functools.partial(self._write_chunks, chunks))
-
-    def _await_sent(self) -> None:
-        if self._in_flight is None:
-            return
-        replies, self._in_flight = self._in_flight.result(), None
-        for reply in replies:
-            scheduled = sum(reply)
-            self.scheduled += scheduled
-            self.already_pending += len(reply) - scheduled
-
-    async def _write_chunks(
-        self, chunks: list[tuple[int, list[EnqueueItem]]], client: RedisClient
-    ) -> list[list[bool]]:
-        """One pipeline of enqueue script calls, each built by writes.enqueue_call, the
-        builder every producer uses."""
-        calls = [
-            enqueue_call(
-                self._keys[partition], self._type, chunk,
-                replace=self._plan.replace, run_id=self._plan.run_id,
-            )
-            for partition, chunk in chunks
-        ]  # fmt: skip
-        replies = await run_steps(client, ENQUEUE.pipelined_steps(client, calls))
-        return [scheduled_flags(reply) for reply in replies]
