@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 
 from aioqueue._engine.keys import QueueLayout
+from aioqueue._model.config import Durability
+from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event
 
 from ._columns import (
@@ -37,6 +39,7 @@ class ScheduleResult:
 
     @property
     def rows(self) -> int:
+        """Every row the run handled: `scheduled + already_pending` (the frame's row count)."""
         return self.scheduled + self.already_pending
 
     def __add__(self, other: ScheduleResult) -> ScheduleResult:
@@ -59,6 +62,7 @@ def schedule_dataframe(
     replace: bool = False,
     batch_size: int = 1000,
     partitions: int | None = None,
+    durability: Durability | None = None,
 ) -> ScheduleResult:
     """Schedules one event of `event_type` per row of `df`; returns how many were new.
 
@@ -70,6 +74,10 @@ def schedule_dataframe(
       maps of strings) that become the event's context.
     - `partitions`: the type's partition count, needed only when no service has recorded
       the type in the prefix's registry yet.
+    - `durability`: `Durability(replicas, timeout)` confirms every pipeline of every task
+      as the service's `durability(...)` does (docs/concepts/guarantees.md); a write short
+      of it fails the task with DurabilityError, and Spark's retry of the task confirms
+      again what its run's record says it wrote.
 
     Bad input raises InvalidDataFrameError before anything is written (the frame is checked
     in one Spark job, then written in another: `cache()` a frame that is costly to compute),
@@ -97,6 +105,7 @@ def schedule_dataframe(
         replace=bool(replace),
         batch_size=checked_batch_size(batch_size),
         partitions=partitions,
+        durability=_checked_durability(durability),
     )
     return job.write(df)
 
@@ -114,6 +123,7 @@ def foreach_batch_writer(
     replace: bool = False,
     batch_size: int = 1000,
     partitions: int | None = None,
+    durability: Durability | None = None,
 ) -> ForeachBatchWriter:
     """A function for `df.writeStream.foreachBatch(...)` that schedules each micro-batch.
 
@@ -129,6 +139,7 @@ def foreach_batch_writer(
         replace=bool(replace),
         batch_size=checked_batch_size(batch_size),
         partitions=partitions,
+        durability=_checked_durability(durability),
     )
     return ForeachBatchWriter(job)
 
@@ -164,6 +175,7 @@ class ScheduleJob:
     replace: bool
     batch_size: int
     partitions: int | None
+    durability: Durability | None = None
     layout: QueueLayout | None = None
 
     def write(self, df: DataFrame) -> ScheduleResult:
@@ -189,6 +201,7 @@ class ScheduleJob:
             batch_size=self.batch_size,
             context_maps=prepared.context_maps,
             context_names=prepared.context_names,
+            durability=self.durability,
         )
         write = functools.partial(write_batches, plan)
         counts = prepared.frame.mapInArrow(write, COUNTS_SCHEMA).collect()
@@ -199,6 +212,17 @@ class ScheduleJob:
             for keys in plan.layout.all_keys:  # one key per partition, each in its own slot
                 client.delete(keys.run_record(plan.run_id))
         return sum((ScheduleResult(*count) for count in counts), ScheduleResult())
+
+
+def _checked_durability(durability: Durability | None) -> Durability | None:
+    """The option checked as the builder checks it (ConfigurationError), before any job."""
+    if durability is None:
+        return None
+    if not isinstance(durability, Durability):
+        raise ConfigurationError(
+            f"durability must be an aioqueue.Durability, not {type(durability).__name__}"
+        )
+    return Durability.of(durability.replicas, durability.timeout)
 
 
 def _columns(

@@ -31,6 +31,7 @@ from aioqueue._engine.writes import (
     enqueue_calls_steps,
     scheduled_flags,
 )
+from aioqueue._model.config import Durability
 
 from ._connection import redis_client
 
@@ -56,6 +57,7 @@ class WritePlan:
     batch_size: int
     context_names: tuple[str, ...]
     context_maps: tuple[bool, ...]
+    durability: Durability | None = None
 
 
 def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -157,7 +159,7 @@ class _ChunkWriter:
             for partition, chunk in chunks
         ]  # fmt: skip
         self._await_sent()
-        steps = enqueue_calls_steps(self._client, calls)
+        steps = enqueue_calls_steps(self._client, calls, durability=self._plan.durability)
         self._in_flight = self._sender.submit(run_steps_sync, self._client, steps)
 
     def _await_sent(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -51,8 +52,12 @@ def main() -> None:
             frame, "PaymentCheck", url=redis_url, delay_col="delay", batch_size=25
         )
 
+    spark.sparkContext.setJobGroup("first", "the run whose task the test kills")
     first = schedule()
-    report: dict[str, object] = {"first": [first.scheduled, first.already_pending]}
+    report: dict[str, object] = {
+        "first": [first.scheduled, first.already_pending],
+        "failed_tasks": failed_tasks(spark, "first"),
+    }
     if scenario == "pending":
         again = schedule()
         read = read_pending(spark, redis_url, "PaymentCheck").select("id").collect()
@@ -62,6 +67,20 @@ def main() -> None:
         }
     spark.stop()
     print(json.dumps(report))
+
+
+def failed_tasks(spark: SparkSession, group: str) -> int:
+    """How many task attempts of the group's jobs failed. Spark's status store is fed by its
+    listener bus, after the job returns: a failure may take a moment to show."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + 10
+    while True:
+        jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+        stages = [tracker.getStageInfo(stage) for job in jobs if job for stage in job.stageIds]
+        failed = sum(stage.numFailedTasks for stage in stages if stage is not None)
+        if failed or time.monotonic() > deadline:
+            return failed
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":
