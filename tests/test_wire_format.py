@@ -45,6 +45,11 @@ async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
     # Nothing else: the id is the field, the type the key, an attempt count of 0 is left out,
     # and the fields every envelope carries have one-letter keys (a backlog pays per byte).
     assert envelope == {"p": '{"order_id":1}', "context": {"source": "spark"}, "v": 1}
+    # One version per event written, in order, and the sequence left at the last.
+    second = await redis_client.hget(EVENTS, "p-2")
+    assert second is not None
+    assert orjson.loads(second)["v"] == 2
+    assert await redis_client.get(SEQUENCE) == b"2"
     handler = Recorder()
     async with service_builder().build() as service:
         service.add_handler(PaymentCheck, handler)
@@ -53,6 +58,39 @@ async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
     assert by_id["p-1"].event == PaymentCheck(id="p-1", order_id=1)
     assert by_id["p-1"].context == {"source": "spark"}
     assert by_id["p-2"].event == PaymentCheck(id="p-2", order_id=2)
+
+
+async def test_versions_go_on_from_a_large_sequence_as_integers(
+    redis_client: RedisClient,
+) -> None:
+    """The script numbers a call's events from the sequence in one step, and leaves the
+    sequence an integer INCR can take, also past 10**14, where Lua would write a number
+    with an exponent."""
+
+    async def enqueue(*ids: str) -> list[int]:
+        replies = await redis_client.eval(
+            script_source("enqueue"),
+            3,
+            SCHEDULE,
+            EVENTS,
+            SEQUENCE,
+            "0",
+            "PaymentCheck",
+            *(value for event_id in ids for value in (event_id, "{}", "{}", "delay", 50)),
+        )
+        return list(replies)
+
+    await redis_client.set(SEQUENCE, 10**12)
+    assert await enqueue("p-1", "p-2") == [1, 1]
+    stored = await redis_client.hmget(EVENTS, ["p-1", "p-2"])
+    assert [orjson.loads(raw)["v"] for raw in stored if raw is not None] == [
+        10**12 + 1,
+        10**12 + 2,
+    ]
+    await redis_client.set(SEQUENCE, 10**15)
+    assert await enqueue("p-3", "p-4") == [1, 1]
+    assert await redis_client.get(SEQUENCE) == str(10**15 + 2).encode()
+    assert await redis_client.incr(SEQUENCE) == 10**15 + 3
 
 
 async def test_envelopes_stored_with_the_long_keys_are_handled_and_requeued_with_the_short(

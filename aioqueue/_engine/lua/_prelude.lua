@@ -22,7 +22,8 @@ end
 -- enters a queue (enqueue.lua, schedule_tick.lua). `context` is a JSON object of strings.
 -- `serial` is the serial key value a replaced version held or was parked on (see the serial
 -- keys section below), nil for a new event.
-local function write_event(schedule, events, sequence, id, payload, context, due, since, serial)
+-- The stored text of an envelope (see write_event).
+local function envelope_text(payload, context, version, since, serial)
   -- The type is left out: the key's hash tag says it, and every byte counts in a backlog.
   -- `attempt` is left out while 0, as everything that reads it knows, and the two fields
   -- every envelope carries have one-letter keys (see payload_of). Valkey keeps a hash field
@@ -30,7 +31,7 @@ local function write_event(schedule, events, sequence, id, payload, context, due
   -- as {"index":1234567} that is 64 bytes now, 96 with both long keys and an attempt of 0.
   local envelope = {
     p = payload,
-    v = redis.call('INCR', sequence),
+    v = version,
     -- A debounced event (enqueue with max_wait) remembers when its series began: later
     -- replacements never push it past since + max_wait. Absent otherwise.
     since = since,
@@ -38,12 +39,20 @@ local function write_event(schedule, events, sequence, id, payload, context, due
     -- value) frees what the replaced one held.
     serial = serial,
   }
-  local decoded = cjson.decode(context)
-  if next(decoded) ~= nil then
-    -- An empty context is left out: most events have none, and a backlog pays per byte.
-    envelope.context = decoded
+  -- An empty context is left out: most events have none, and a backlog pays per byte. Told
+  -- by its text first: decoding costs more than the comparison on every event.
+  if context ~= '{}' then
+    local decoded = cjson.decode(context)
+    if next(decoded) ~= nil then
+      envelope.context = decoded
+    end
   end
-  redis.call('HSET', events, id, cjson.encode(envelope))
+  return cjson.encode(envelope)
+end
+
+local function write_event(schedule, events, sequence, id, payload, context, due, since, serial)
+  local version = redis.call('INCR', sequence)
+  redis.call('HSET', events, id, envelope_text(payload, context, version, since, serial))
   redis.call('ZADD', schedule, due, id)
 end
 
