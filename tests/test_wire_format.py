@@ -21,11 +21,12 @@ EVENTS = "aioqueue:{PaymentCheck}:events"
 SEQUENCE = "aioqueue:{PaymentCheck}:sequence"
 DEAD_LETTERS = "aioqueue:{PaymentCheck}:dead_letters"
 
+# One event's arguments to the enqueue script: id, payload, context, due kind, milliseconds.
+Args = tuple[str, str, str, str, int]
 
-async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
-    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
-) -> None:
-    """The documented EVAL call (no library code on the producer side) schedules events."""
+
+async def eval_enqueue(redis_client: RedisClient, *events: Args) -> list[int]:
+    """The documented EVAL of the enqueue script (mode '0': keep a pending event)."""
     replies = await redis_client.eval(
         script_source("enqueue"),
         3,
@@ -34,9 +35,20 @@ async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
         SEQUENCE,
         "0",
         "PaymentCheck",
-        *("p-1", '{"order_id":1}', '{"source":"spark"}', "delay", 50),
-        *("p-2", '{"order_id":2}', "{}", "at", 0),
-        *("p-1", '{"order_id":99}', "{}", "delay", 0),
+        *(value for event in events for value in event),
+    )
+    return list(replies)
+
+
+async def test_a_raw_eval_of_the_enqueue_script_is_delivered(
+    redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
+) -> None:
+    """The documented EVAL call (no library code on the producer side) schedules events."""
+    replies = await eval_enqueue(
+        redis_client,
+        ("p-1", '{"order_id":1}', '{"source":"spark"}', "delay", 50),
+        ("p-2", '{"order_id":2}', "{}", "at", 0),
+        ("p-1", '{"order_id":99}', "{}", "delay", 0),
     )
     assert replies == [1, 1, 0]
     stored = await redis_client.hget(EVENTS, "p-1")
@@ -68,17 +80,9 @@ async def test_versions_go_on_from_a_large_sequence_as_integers(
     with an exponent."""
 
     async def enqueue(*ids: str) -> list[int]:
-        replies = await redis_client.eval(
-            script_source("enqueue"),
-            3,
-            SCHEDULE,
-            EVENTS,
-            SEQUENCE,
-            "0",
-            "PaymentCheck",
-            *(value for event_id in ids for value in (event_id, "{}", "{}", "delay", 50)),
+        return await eval_enqueue(
+            redis_client, *((event_id, "{}", "{}", "delay", 50) for event_id in ids)
         )
-        return list(replies)
 
     await redis_client.set(SEQUENCE, 10**12)
     assert await enqueue("p-1", "p-2") == [1, 1]
