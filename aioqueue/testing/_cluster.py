@@ -11,12 +11,12 @@ from typing import Any
 import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
+from ._polling import poll_until_settled
 from ._server import EmbeddedServer, find_server_binary, free_port
 
 __all__ = ["ClusterNotReadyError", "EmbeddedCluster", "SlotRange"]
 
 _CLUSTER_BUS_OFFSET = 10000
-_POLL_INTERVAL = 0.02
 _ADMIN_SOCKET_TIMEOUT = 2.0
 
 
@@ -274,18 +274,10 @@ class EmbeddedCluster:
         return None
 
     def _wait(self, problem: Callable[[], str | None], deadline: float, what: str) -> None:
-        last: str | None = "not checked yet"
-        while True:
-            try:
-                last = problem()
-            except (redis.RedisError, OSError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if last is None:
-                return
-            if time.monotonic() >= deadline:
-                raise ClusterNotReadyError(f"{self!r} did not {what} in time: {last}")
-            # Cluster state changes arrive by gossip, which offers nothing to wait on.
-            time.sleep(_POLL_INTERVAL)
+        def failure(last: str) -> Exception:
+            return ClusterNotReadyError(f"{self!r} did not {what} in time: {last}")
+
+        poll_until_settled(problem, deadline, failure)
 
 
 def _slot_share(index: int, masters: int) -> tuple[int, int]:

@@ -11,11 +11,11 @@ from urllib.parse import quote
 
 import redis
 
+from ._polling import poll_until_settled
 from ._server import EmbeddedServer, TlsFiles, find_server_binary, free_port
 
 __all__ = ["EmbeddedSentinel", "SentinelNotReadyError"]
 
-_POLL_INTERVAL = 0.02
 _ADMIN_SOCKET_TIMEOUT = 2.0
 
 
@@ -312,18 +312,10 @@ class EmbeddedSentinel:
         return None
 
     def _wait(self, problem: Callable[[], str | None], deadline: float, what: str) -> None:
-        last: str | None = "not checked yet"
-        while True:
-            try:
-                last = problem()
-            except (redis.RedisError, OSError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if last is None:
-                return
-            if time.monotonic() >= deadline:
-                raise SentinelNotReadyError(f"{self!r} did not {what} in time: {last}")
-            # Sentinels change state on their own timers, which offer nothing to wait on.
-            time.sleep(_POLL_INTERVAL)
+        def failure(last: str) -> Exception:
+            return SentinelNotReadyError(f"{self!r} did not {what} in time: {last}")
+
+        poll_until_settled(problem, deadline, failure)
 
 
 def _quoted(value: str) -> str:
