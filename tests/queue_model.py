@@ -23,7 +23,7 @@ from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.pausing import pause, resume
 from aioqueue._engine.rate_limits import set_rate_limit
 from aioqueue._engine.store import DispatchResult, QueueStore
-from aioqueue._engine.writes import EnqueueItem
+from aioqueue._engine.writes import DueTime, EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
 from tests.queue_model_walk import Walk, take_page
 from tests.support import SteppedRedis
@@ -221,7 +221,8 @@ class QueueModel(SteppedRedis):
         self._schedule(event_id, payload, 0 if max_wait_ms == 0 else delay_ms, since)
 
     def reschedule(self, event_id: str, delay_ms: int) -> None:
-        outcome = self.run(reschedule(self.client, LAYOUT, event_id, delay_ms, absolute=False))
+        due = DueTime(delay_ms, absolute=False, due_in=0.0)
+        outcome = self.run(reschedule(self.client, LAYOUT, event_id, due))
         event = self.pending.get(event_id)
         if event is None:
             assert outcome == "missing"

@@ -264,18 +264,21 @@ async def inspect_event(
     return None
 
 
+# A delay of 0: due at the server's now.
+_NOW = DueTime(0, absolute=False, due_in=0.0)
+
+
 async def run_now(client: RedisClient, layout: QueueLayout, event_id: str) -> RunNowResult:
     """Makes a pending event due now, keeping its attempt count (see reschedule.lua)."""
-    result = await reschedule(client, layout, event_id, 0, absolute=False)
+    result = await reschedule(client, layout, event_id, _NOW)
     return "due" if result == "moved" else result
 
 
 async def reschedule(
-    client: RedisClient, layout: QueueLayout, event_id: str, due_ms: int, *, absolute: bool
+    client: RedisClient, layout: QueueLayout, event_id: str, due: DueTime
 ) -> MoveResult:
-    """Moves a pending event to `due_ms` (epoch ms when `absolute`, else a delay from the
-    server's now), keeping payload, context and attempt count (see reschedule.lua)."""
-    due = DueTime(due_ms, absolute=absolute, due_in=0.0)
+    """Moves a pending event to `due`, keeping payload, context and attempt count (see
+    reschedule.lua)."""
     return await run_steps(client, reschedule_steps(client, layout, event_id, due))
 
 

@@ -91,9 +91,7 @@ class ServiceBrowsing(ServiceBase):
         self._ensure_open()
         due = DueTime.of(delay, at)
         layout = self._queue_of(event_class).layout
-        result = await reschedule(
-            self._client, layout, event_id, due.milliseconds, absolute=due.absolute
-        )
+        result = await reschedule(self._client, layout, event_id, due)
         if result == "in_flight":
             logger.info(
                 "not rescheduling %s %r: an attempt is under way",
