@@ -61,6 +61,18 @@ class Durability:
             )
         return cls(replicas, seconds)
 
+    @classmethod
+    def checked(cls, durability: Durability | None) -> Durability | None:
+        """A setting passed as a value (SyncProducer, Spark), checked as `of` checks the
+        builder's; raises ConfigurationError."""
+        if durability is None:
+            return None
+        if not isinstance(durability, Durability):
+            raise ConfigurationError(
+                f"durability must be an aioqueue.Durability, not {type(durability).__name__}"
+            )
+        return cls.of(durability.replicas, durability.timeout)
+
     @property
     def timeout_ms(self) -> int:
         """The timeout as WAIT and WAITAOF take it (whole milliseconds, at least 1: 0 would

@@ -112,9 +112,7 @@ class SyncProducer:
                 "max_payload_bytes", max_payload_bytes, 1, MAX_PAYLOAD_BYTES_LIMIT
             ),
             partitions=MappingProxyType(_partition_counts(partitions or {})),
-            durability=None
-            if durability is None
-            else Durability.of(durability.replicas, durability.timeout),
+            durability=Durability.checked(durability),
         )
         # Settings first: a producer refused for its settings has opened no connection.
         if client is None:

@@ -11,7 +11,6 @@ from pyspark.sql import DataFrame
 
 from aioqueue._engine.keys import QueueLayout
 from aioqueue._model.config import Durability
-from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event
 
 from ._columns import (
@@ -105,7 +104,7 @@ def schedule_dataframe(
         replace=bool(replace),
         batch_size=checked_batch_size(batch_size),
         partitions=partitions,
-        durability=_checked_durability(durability),
+        durability=Durability.checked(durability),
     )
     return job.write(df)
 
@@ -139,7 +138,7 @@ def foreach_batch_writer(
         replace=bool(replace),
         batch_size=checked_batch_size(batch_size),
         partitions=partitions,
-        durability=_checked_durability(durability),
+        durability=Durability.checked(durability),
     )
     return ForeachBatchWriter(job)
 
@@ -212,17 +211,6 @@ class ScheduleJob:
             for keys in plan.layout.all_keys:  # one key per partition, each in its own slot
                 client.delete(keys.run_record(plan.run_id))
         return sum((ScheduleResult(*count) for count in counts), ScheduleResult())
-
-
-def _checked_durability(durability: Durability | None) -> Durability | None:
-    """The option checked as the builder checks it (ConfigurationError), before any job."""
-    if durability is None:
-        return None
-    if not isinstance(durability, Durability):
-        raise ConfigurationError(
-            f"durability must be an aioqueue.Durability, not {type(durability).__name__}"
-        )
-    return Durability.of(durability.replicas, durability.timeout)
 
 
 def _columns(
