@@ -111,6 +111,16 @@ class Run:
     """Deliveries that began while the replica was cut off: their acknowledgements died."""
 
 
+def services(
+    builder: Callable[[], EventServiceBuilder], *, durable: bool
+) -> tuple[EventService, EventService]:
+    """The worker, and the producer: with durability in the durable run, not in the control."""
+    producer = builder().enable_scheduling(False)
+    if durable:
+        producer = producer.durability(replicas=1, timeout=TIMEOUT)
+    return builder().build(), producer.build()
+
+
 def check(outcome: Outcome, run: Run, what: str, *, durable: bool) -> None:
     print(outcome.report(what, run.failover_seconds), f"({run.delivered_in_cut} in the cut)")
     assert not outcome.invented
@@ -145,10 +155,7 @@ async def test_sentinel_failover_loses_no_acknowledged_event_with_durability(
     def builder() -> EventServiceBuilder:
         return tuned(EventService.builder().sentinel(group.addresses, service_name="mymaster"))
 
-    worker = builder().build()
-    producer = builder().enable_scheduling(False)
-    if durable:
-        producer = producer.durability(replicas=1, timeout=TIMEOUT)
+    worker, producer = services(builder, durable=durable)
     flow = Flow(due_in=DUE_IN, due_at_once=BEFORE)
 
     async def fail_over() -> Callable[[], Awaitable[None]]:
@@ -169,7 +176,7 @@ async def test_sentinel_failover_loses_no_acknowledged_event_with_durability(
             return bool(await new_primary.hlen(SENTINEL_KEYS.events))
 
         run = await run_through_failover(
-            flow, worker, producer.build(), durable=durable, fail_over=fail_over,
+            flow, worker, producer, durable=durable, fail_over=fail_over,
             still_pending=still_pending,
         )  # fmt: skip
     check(flow.outcome(), run, f"sentinel, {'durable' if durable else 'control'}", durable=durable)
@@ -213,10 +220,7 @@ async def test_cluster_failover_loses_no_acknowledged_event_with_durability(
     def builder() -> EventServiceBuilder:
         return tuned(EventService.builder().url(cluster.url).partitions(PaymentCheck, PARTITIONS))
 
-    worker = builder().build()
-    producer = builder().enable_scheduling(False)
-    if durable:
-        producer = producer.durability(replicas=1, timeout=TIMEOUT)
+    worker, producer = services(builder, durable=durable)
     flow = Flow(due_in=DUE_IN, due_at_once=BEFORE)
 
     async def fail_over() -> Callable[[], Awaitable[None]]:
@@ -239,7 +243,7 @@ async def test_cluster_failover_loses_no_acknowledged_event_with_durability(
             return any([await client.hlen(keys.events) for keys in CLUSTER_LAYOUT.all_keys])
 
         run = await run_through_failover(
-            flow, worker, producer.build(), durable=durable, fail_over=fail_over,
+            flow, worker, producer, durable=durable, fail_over=fail_over,
             still_pending=still_pending,
         )  # fmt: skip
     finally:
