@@ -73,9 +73,9 @@ class QueueKeys:
         counts its attempt out of `under_way` (see count_under_way in _prelude.lua)."""
         return (self.serial_holders, self.serial_waiting, self.wake, self.counts)
 
-    def run_record(self, run_id: str) -> str:
-        """hash: event id -> enqueue result, for one Spark run (see enqueue.lua)."""
-        return self.schedule.removesuffix(":schedule") + f":runs:{run_id}"
+    def run_record(self, run_id: str, task: int) -> str:
+        """hash: what one task of a Spark run wrote in this queue (see run_records.py)."""
+        return self.schedule.removesuffix(":schedule") + f":runs:{run_id}:{task}"
 
     @classmethod
     def for_type(cls, prefix: str, event_type: str) -> QueueKeys:

@@ -32,6 +32,7 @@ from aioqueue._model.serializer import Serializer
 from .durability import DurableCalls
 from .envelope import text
 from .keys import QueueKeys, QueueLayout
+from .run_records import RecordedCall
 from .scripts import CANCEL, ENQUEUE, RESCHEDULE
 from .steps import Steps
 
@@ -186,15 +187,17 @@ def enqueue_call(
     *,
     replace: bool,
     max_wait_ms: int | None = None,
-    run_id: str | None = None,
+    recorded: RecordedCall | None = None,
 ) -> tuple[list[str], list[str | int]]:
     """The keys and arguments of one enqueue.lua call for `items` (see its header).
 
     With `max_wait_ms` (and `replace`), a replacement never becomes due later than its
-    debounce series' first enqueue plus max_wait. With `run_id` (a Spark run), an id this
-    run wrote already gets its first result again and is not written twice.
+    debounce series' first enqueue plus max_wait. With `recorded` (a Spark task's call),
+    the call records what it did in the task's run record (see run_records.py).
     """
     mode = "0" if not replace else "1" if max_wait_ms is None else f"1:{max_wait_ms}"
+    if recorded is not None:
+        mode += recorded.mode
     args: list[str | int] = [mode, event_type]
     for item in items:
         args += [
@@ -205,8 +208,8 @@ def enqueue_call(
             item.due_ms,
         ]
     script_keys = [keys.schedule, keys.events, keys.sequence, keys.wake, keys.counts]
-    if run_id is not None:
-        script_keys.append(keys.run_record(run_id))
+    if recorded is not None:
+        script_keys.append(recorded.record_key(keys))
     if max_wait_ms is not None:
         script_keys.append(keys.ready)  # tells a dispatched version from one a handler took
     return script_keys, args

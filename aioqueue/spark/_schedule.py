@@ -85,9 +85,9 @@ def schedule_dataframe(
     Each Spark partition is written by its task with its own connection, one enqueue script
     call per `batch_size` rows of the same queue partition, pipelined.
 
-    A retried Spark task writes nothing twice: every write of a run records, in the type's
-    hash tag, what it did with each id (kept for a day), and a retried attempt returns those
-    results instead of writing again, so an event its failed attempt wrote and a handler
+    A retried Spark task writes nothing twice: each task records, in the type's hash tag,
+    what it did with each id (kept for a day), and a retried attempt counts those results
+    instead of writing them again, so an event its failed attempt wrote and a handler
     finished meanwhile is not created again, and the counts are those of the first attempt.
     A second run is a new run: an id still pending is kept (counted as `already_pending`),
     but one whose handler already finished is scheduled again; filter such rows out, or give
@@ -207,10 +207,16 @@ class ScheduleJob:
         # Every task succeeded: no attempt of this run will look at its record again (a
         # failed run's records expire by themselves, a day after their last write). A new
         # client: the job may have outlasted the server's idle timeout.
-        with redis_client(self.url) as client:
-            for keys in plan.layout.all_keys:  # one key per partition, each in its own slot
-                client.delete(keys.run_record(plan.run_id))
-        return sum((ScheduleResult(*count) for count in counts), ScheduleResult())
+        with redis_client(self.url) as client, client.pipeline(transaction=False) as deletes:
+            # One key per task and queue partition, each queue partition in its own slot.
+            for keys in plan.layout.all_keys:
+                for count in counts:
+                    deletes.delete(keys.run_record(plan.run_id, count.task))
+            deletes.execute()
+        return sum(
+            (ScheduleResult(count.scheduled, count.already_pending) for count in counts),
+            ScheduleResult(),
+        )
 
 
 def _columns(

@@ -10,6 +10,9 @@ cluster), and yields one row with its counts.
 A pipeline is sent from a thread of the task's own while the task prepares the next one (the
 socket wait releases the GIL). Sent from the task's thread, each task would leave Redis idle
 while it prepares, and two tasks fall into step: both prepare, then both wait.
+
+Every call records what it did in the task's run record; a retried attempt takes the record
+over first and writes only what no earlier attempt did (see run_records.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import pyarrow as pa
 
 from aioqueue._engine.client import SyncRedisClient
 from aioqueue._engine.keys import QueueLayout, partition_of
+from aioqueue._engine.run_records import RecordedCall, take_over_steps
 from aioqueue._engine.steps import run_steps_sync
 from aioqueue._engine.writes import (
     EnqueueItem,
@@ -35,10 +39,11 @@ from aioqueue._model.config import Durability
 
 from ._connection import redis_client
 
-__all__ = ["COUNTS_SCHEMA", "WritePlan", "write_batches"]
+__all__ = ["COUNTS_SCHEMA", "ChunkWriter", "WritePlan", "write_batches"]
 
-COUNTS_SCHEMA = "scheduled long, already_pending long"
-"""What each task yields: one row of its counts."""
+COUNTS_SCHEMA = "task long, scheduled long, already_pending long"
+"""What each task yields: one row of its counts, with the Spark partition it wrote (whose
+run records the driver deletes once the run succeeded)."""
 
 # Script calls sent in one pipeline round trip by a task.
 PIPELINE_CHUNKS = 8
@@ -62,39 +67,70 @@ class WritePlan:
 
 def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Writes one Spark partition's rows (the `mapInArrow` function); yields its counts."""
+    from pyspark import TaskContext  # in the executor: a Connect-only driver may lack it
+
+    task_context = TaskContext.get()
+    assert task_context is not None, "write_batches runs inside a Spark task"
+    task = task_context.partitionId()
     with (
         redis_client(plan.url) as client,
         ThreadPoolExecutor(1, thread_name_prefix="aioqueue-spark-writer") as sender,
     ):
-        writer = _ChunkWriter(plan, client, sender)
+        # Not attemptNumber(), which starts at 0 again when Spark runs the stage again: an
+        # attempt id is unique in the Spark application, and a retry's is larger.
+        attempt = task_context.taskAttemptId()
+        writer = ChunkWriter(plan, client, sender, task=task, attempt=attempt)
         for batch in batches:
             writer.add(batch)
         writer.finish()
     yield pa.RecordBatch.from_pydict(
-        {"scheduled": [writer.scheduled], "already_pending": [writer.already_pending]},
-        schema=pa.schema([("scheduled", pa.int64()), ("already_pending", pa.int64())]),
+        {
+            "task": [task],
+            "scheduled": [writer.scheduled],
+            "already_pending": [writer.already_pending],
+        },
+        schema=pa.schema(
+            [("task", pa.int64()), ("scheduled", pa.int64()), ("already_pending", pa.int64())]
+        ),
     )
 
 
-class _ChunkWriter:
-    """Groups rows by queue partition into script calls and sends them in pipelines.
+class ChunkWriter:
+    """Groups one task attempt's rows by queue partition into script calls and sends them
+    in pipelines.
 
     Holds at most one unfinished chunk per queue partition, one pipeline's worth of full
     ones and one pipeline in flight, whatever the size of the Spark partition.
     """
 
     def __init__(
-        self, plan: WritePlan, client: SyncRedisClient, sender: ThreadPoolExecutor
+        self,
+        plan: WritePlan,
+        client: SyncRedisClient,
+        sender: ThreadPoolExecutor,
+        *,
+        task: int,
+        attempt: int,
     ) -> None:
         self._plan = plan
         self._client = client
         self._sender = sender
         self._keys = plan.layout.all_keys
+        self._task = task
+        self._attempt = attempt
+        self._calls = 0
         self._open: list[list[EnqueueItem]] = [[] for _ in self._keys]
         self._full: list[tuple[int, list[EnqueueItem]]] = []
         self._in_flight: Future[list[Any]] | None = None
         self.scheduled = 0
         self.already_pending = 0
+        # What earlier attempts of this task did, id by id; only a retry finds any. Taken
+        # over by every attempt, as it cannot tell whether it is the first (a round trip
+        # per queue partition, against thousands of rows).
+        self._recorded: dict[str, list[bool]] = {}
+        for keys in self._keys:
+            steps = take_over_steps(client, keys, plan.run_id, task, attempt)
+            self._recorded.update(run_steps_sync(client, steps))
 
     def add(self, batch: pa.RecordBatch) -> None:
         ids: list[str] = batch.column(0).to_pylist()
@@ -103,7 +139,11 @@ class _ChunkWriter:
         contexts = self._context_json(batch)
         absolute = self._plan.absolute
         partitions = len(self._open)
+        recorded = self._recorded
         for row, event_id in enumerate(ids):
+            if recorded and event_id in recorded:
+                self._count_recorded(event_id)
+                continue
             partition = partition_of(event_id, partitions) if partitions > 1 else 0
             chunk = self._open[partition]
             chunk.append(EnqueueItem(event_id, payloads[row], contexts[row], due[row], absolute))
@@ -119,6 +159,16 @@ class _ChunkWriter:
         self._open = [[] for _ in self._open]
         self._send()
         self._await_sent()
+
+    def _count_recorded(self, event_id: str) -> None:
+        """Counts a row an earlier attempt handled as that attempt did, writing nothing."""
+        results = self._recorded[event_id]
+        if results.pop(0):
+            self.scheduled += 1
+        else:
+            self.already_pending += 1
+        if not results:
+            del self._recorded[event_id]
 
     def _context_json(self, batch: pa.RecordBatch) -> list[str]:
         """Each row's context as the JSON object the envelope stores."""
@@ -151,13 +201,16 @@ class _ChunkWriter:
         if not self._full:
             return
         chunks, self._full = self._full, []
-        calls = [
-            enqueue_call(
-                self._keys[partition], self._plan.layout.event_type, chunk,
-                replace=self._plan.replace, run_id=self._plan.run_id,
-            )
-            for partition, chunk in chunks
-        ]  # fmt: skip
+        calls = []
+        for partition, chunk in chunks:
+            recorded = RecordedCall(self._plan.run_id, self._task, self._attempt, self._calls)
+            self._calls += 1
+            calls.append(
+                enqueue_call(
+                    self._keys[partition], self._plan.layout.event_type, chunk,
+                    replace=self._plan.replace, recorded=recorded,
+                )
+            )  # fmt: skip
         self._await_sent()
         steps = enqueue_calls_steps(self._client, calls, durability=self._plan.durability)
         self._in_flight = self._sender.submit(run_steps_sync, self._client, steps)

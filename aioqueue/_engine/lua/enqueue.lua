@@ -3,10 +3,14 @@
 -- KEYS[3] sequence (string counter for envelope versions)
 -- KEYS[4] wake (list, optional): gets a token when an event is due before every event
 --   already scheduled, so a dispatcher sleeping until the old earliest time wakes up.
--- KEYS[5] run record (hash, optional; needs KEYS[4]): id -> this call's result, for one
---   Spark run. An id it already holds was handled by an earlier attempt of the same task:
---   that result is returned again and nothing is written, so a retried task cannot re-create
---   an event a handler finished meanwhile. It expires a day after the run's last write.
+-- KEYS[5] run record (hash, optional; needs KEYS[4] and a mode with '@<attempt>:<call>'):
+--   one Spark task's record of its run, which makes a retried task write nothing twice
+--   (see take_over_run.lua). The call stores the ids it was given and their results as one
+--   field, '<attempt>:<call>' -> [[id, ...], '1101...'], one field per call rather than
+--   per event because the record is written on every call and read only by a retry. The
+--   call is refused when its attempt is older than the record's `fence`: a retry of the
+--   task has taken the record over, and what it read from the record must stay all this
+--   task ever wrote. It expires a day after the run's last write.
 -- KEYS[5] or KEYS[6] counts (hash, optional; needs KEYS[4]; its name ends in ':counts',
 --   which tells it from a run record): its `under_way` loses one for each replacement of an
 --   event whose attempt is under way (see count_under_way in _prelude.lua)
@@ -16,7 +20,8 @@
 -- ARGV[1] '1' to replace a pending event with the same id, '0' to keep it, or '1:<ms>' to
 --   replace it as a debounce bounded by max_wait ms: the series begins at the first enqueue
 --   (or when the pending version's attempt started), and no replacement makes the event due
---   later than that time plus max_wait. Any of these may end in '+wait' (needs the counts
+--   later than that time plus max_wait. With a run record, followed by '@<attempt>:<call>'
+--   (the Spark task's attempt number and this call's number in it). Any of these may end in '+wait' (needs the counts
 --   key): the caller follows the call with WAIT on the same connection, which confirms only
 --   what that connection wrote; a call that writes no event then writes a no-op to counts,
 --   so that the WAIT covers every earlier write, the kept events' own included.
@@ -88,16 +93,26 @@ end
 if confirmed and not counts then
   return redis.error_reply("enqueue mode '+wait' needs the counts key")
 end
+local attempt, call = string.match(ARGV[1], '@(%d+):(%d+)')
+if record and #ARGV > 2 then
+  if not attempt then
+    return redis.error_reply("a run record needs the mode's '@<attempt>:<call>'")
+  end
+  local fence = tonumber(redis.call('HGET', record, 'fence') or '0')
+  if tonumber(attempt) < fence then
+    return redis.error_reply('ABANDONED attempt ' .. attempt .. ' of this Spark task: attempt '
+      .. fence .. ' has taken its run record over')
+  end
+end
 local replaced_under_way = 0
 local written = 0
 -- A call carries up to thousands of events, and each redis.call costs more than the Lua
--- around it: the run's record and the pending versions are read with one HMGET each, and
--- new events (every event, unless `replace`) are written with one HSET and one ZADD.
+-- around it: the pending versions are read with one HMGET, and new events (every event,
+-- unless `replace`) are written with one HSET and one ZADD.
 local ids = {}
 for i = 3, #ARGV, 5 do
   ids[#ids + 1] = ARGV[i]
 end
-local recorded = record and hmget_all(record, ids) or {}
 -- The due time of the event whose id is ARGV[i].
 local function due_of(i)
   local due = tonumber(ARGV[i + 4])
@@ -118,9 +133,7 @@ if not replace then
   local pending = hmget_all(KEYS[2], ids)
   local new, taken = {}, {}
   for n, id in ipairs(ids) do
-    if recorded[n] then
-      results[n] = tonumber(recorded[n])
-    elseif pending[n] or taken[id] then
+    if pending[n] or taken[id] then
       results[n] = 0  -- pending already, or earlier in this call
     else
       taken[id] = true
@@ -152,35 +165,26 @@ else
   -- replace what an earlier one wrote.
   for n, id in ipairs(ids) do
     local i = 3 + (n - 1) * 5
-    if recorded[n] then
-      results[n] = tonumber(recorded[n])
-    else
-      local previous, stored = pending_envelope(KEYS[2], id)
-      local due, since, serial = due_of(i), nil, nil
-      if max_wait then
-        since = debounce_since(previous, stored, id, ready, now)
-        due = math.min(due, since + max_wait)
-      end
-      if previous and type(previous.serial) == 'string' then
-        serial = previous.serial
-      end
-      if previous and previous.due_at ~= nil then
-        replaced_under_way = replaced_under_way + 1
-      end
-      written_due(due)
-      write_event(KEYS[1], KEYS[2], KEYS[3], id, ARGV[i + 1], ARGV[i + 2], due, since, serial)
-      written = written + 1
-      results[n] = 1
+    local previous, stored = pending_envelope(KEYS[2], id)
+    local due, since, serial = due_of(i), nil, nil
+    if max_wait then
+      since = debounce_since(previous, stored, id, ready, now)
+      due = math.min(due, since + max_wait)
     end
+    if previous and type(previous.serial) == 'string' then
+      serial = previous.serial
+    end
+    if previous and previous.due_at ~= nil then
+      replaced_under_way = replaced_under_way + 1
+    end
+    written_due(due)
+    write_event(KEYS[1], KEYS[2], KEYS[3], id, ARGV[i + 1], ARGV[i + 2], due, since, serial)
+    written = written + 1
+    results[n] = 1
   end
 end
-if record then
-  local outcomes = {}
-  for n = 1, #results do
-    outcomes[#outcomes + 1] = ARGV[3 + (n - 1) * 5]
-    outcomes[#outcomes + 1] = results[n]
-  end
-  call_chunked('HSET', record, outcomes)
+if record and #ids > 0 then
+  redis.call('HSET', record, attempt .. ':' .. call, cjson.encode({ids, table.concat(results)}))
   redis.call('EXPIRE', record, 86400)
 end
 count_under_way(counts, -replaced_under_way)
