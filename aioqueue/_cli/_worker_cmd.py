@@ -14,7 +14,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -22,6 +23,12 @@ import anyio
 from aioqueue._service.service import EventService
 
 from ._common import CommandError, Commands, add_connection_options, check_reachable
+from ._worker_processes import (
+    SUPERVISED_FLAG,
+    ignore_stop_signals,
+    run_worker_processes,
+    stop_requests_from_parent,
+)
 
 __all__ = ["add_worker_command", "load_factory"]
 
@@ -51,7 +58,26 @@ def add_worker_command(commands: Commands) -> None:
         help="event loop: uvloop (the `uvloop` extra) or asyncio's own; auto (the default) "
         "takes uvloop where it is installed",
     )
+    parser.add_argument(
+        "--processes",
+        type=_process_count,
+        default=1,
+        help="run N worker processes, each with its own service from FACTORY, for handlers "
+        "that need more than one core; the command stops them all on SIGINT/SIGTERM, and "
+        "all of them, exiting non-zero, when one exits on its own (default 1)",
+    )
+    parser.add_argument(SUPERVISED_FLAG, action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run_worker, event_loop=event_loop_of)
+
+
+def _process_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return count
 
 
 def event_loop_of(args: argparse.Namespace) -> str:
@@ -104,41 +130,57 @@ async def run_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.processes > 1:
+        return await run_worker_processes(args)
+    if args.stop_requests_from_stdin:
+        ignore_stop_signals()
     factory = load_factory(args.factory, args.app_dir)
     if "url" in inspect.signature(factory).parameters:
         # A service retries an unreachable server for ever (a worker outlives outages), so a
         # wrong --url would only show as a warning every few seconds: refuse it at start.
         await check_reachable(args.url)
     service = await make_service(factory, args.url, args.prefix)
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with anyio.create_task_group() as watchers:
-            stopping = anyio.Event()
-            running = anyio.CancelScope()
+    async with (
+        stop_requests(supervised=args.stop_requests_from_stdin) as requests,
+        anyio.create_task_group() as watchers,
+    ):
+        stopping = anyio.Event()
+        running = anyio.CancelScope()
 
-            async def watch_signals() -> None:
-                async for signum in signals:
-                    name = signal.Signals(signum).name
-                    if not stopping.is_set():
-                        logger.info(
-                            "%s: stopping; running handlers get up to %g s (again to force)",
-                            name,
-                            service.config.shutdown_grace,
-                        )
-                        stopping.set()
-                    else:
-                        logger.warning("%s again: cancelling running handlers now", name)
-                        running.cancel()
-
-            watchers.start_soon(watch_signals)
-            with running:
-                async with service:
+        async def watch_signals() -> None:
+            async for name in requests:
+                if not stopping.is_set():
                     logger.info(
-                        "worker started: %r (pid %d, event loop %s)",
-                        service,
-                        os.getpid(),
-                        type(asyncio.get_running_loop()).__module__.split(".")[0],
+                        "%s: stopping; running handlers get up to %g s (again to force)",
+                        name,
+                        service.config.shutdown_grace,
                     )
-                    await stopping.wait()
-            watchers.cancel_scope.cancel()
+                    stopping.set()
+                else:
+                    logger.warning("%s again: cancelling running handlers now", name)
+                    running.cancel()
+
+        watchers.start_soon(watch_signals)
+        with running:
+            async with service:
+                logger.info(
+                    "worker started: %r (pid %d, event loop %s)",
+                    service,
+                    os.getpid(),
+                    type(asyncio.get_running_loop()).__module__.split(".")[0],
+                )
+                await stopping.wait()
+        watchers.cancel_scope.cancel()
     logger.info("worker stopped%s", "" if not running.cancel_called else " (forced)")
     return 0
+
+
+@asynccontextmanager
+async def stop_requests(*, supervised: bool) -> AsyncIterator[AsyncIterator[str]]:
+    """What asks this worker to stop, by name: SIGINT and SIGTERM, or, in a process of
+    `--processes`, its parent (see _worker_processes.py)."""
+    if supervised:
+        yield stop_requests_from_parent()
+        return
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        yield (signal.Signals(signum).name async for signum in signals)
