@@ -193,6 +193,41 @@ async def test_a_partitioned_type_lands_on_every_master_and_delivers_each_event_
     assert Counter(handler.ids) == Counter(ids)
 
 
+@pytest.mark.backends("cluster")
+async def test_a_script_call_takes_one_round_trip(
+    service_builder: Builder, redis_cluster: EmbeddedCluster
+) -> None:
+    """Left to itself, redis-py asks a node where an FCALL goes (COMMAND GETKEYS, with all
+    its arguments) before sending it: two round trips a claim or dispatch. The library names
+    the node itself (steps.py), so the masters see the calls and no such question."""
+    masters = await anyio.to_thread.run_sync(redis_cluster.masters)
+    for master in masters:
+        async with redis.Redis(host=master.host, port=master.port) as node:
+            await node.config_resetstat()
+    handler = Recorder()
+    async with service_builder().partitions(PaymentCheck, 4).build() as service:
+        service.add_handler(PaymentCheck, handler, parallelism=4)
+        assert await service.enqueue(PaymentCheck(id="one", order_id=1), 0)
+        assert all(
+            await service.enqueue_many(
+                [PaymentCheck(id=f"p-{n}", order_id=n) for n in range(40)], 0
+            )
+        )
+        await handler.wait_for(41)
+    script_calls, questions = 0, 0
+    for master in masters:
+        async with redis.Redis(host=master.host, port=master.port) as node:
+            stats = await node.info("commandstats")
+        script_calls += sum(
+            int(value["calls"])
+            for name, value in stats.items()
+            if name in ("cmdstat_fcall", "cmdstat_evalsha")
+        )
+        questions += int(stats.get("cmdstat_command|getkeys", {"calls": 0})["calls"])
+    assert script_calls > 41 // 4  # dispatches and claims at least
+    assert questions == 0
+
+
 async def first_commands_on_a_fresh_client(url: str, ids: list[str]) -> tuple[list[bool], Recorder]:
     """A new service on `url` enqueues `ids` all at once as soon as it has started."""
     handler = Recorder()
