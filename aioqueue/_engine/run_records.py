@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from .envelope import text
 from .keys import QueueKeys
 from .scripts import TAKE_OVER_RUN
 from .steps import Steps
@@ -62,14 +63,10 @@ def take_over_steps(
     # frame) gets its results back in the order it first got them.
     calls = sorted(
         zip(entries[0::2], entries[1::2], strict=True),
-        key=lambda entry: tuple(int(number) for number in _text(entry[0]).split(":")),
+        key=lambda entry: tuple(int(number) for number in text(entry[0]).split(":")),
     )
     for _, value in calls:
         ids, flags = orjson.loads(value)
         for event_id, flag in zip(ids, flags, strict=True):
             recorded.setdefault(event_id, []).append(flag == "1")
     return recorded
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

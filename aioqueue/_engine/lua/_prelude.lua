@@ -230,6 +230,18 @@ local function serial_keys(keys, first)
   return {holders = keys[first], waiting = keys[first + 1], wake = keys[first + 2]}
 end
 
+-- The refusal of a write to a Spark task's run record by `attempt` (a task attempt id), or
+-- nil: once a later attempt has taken the record over (take_over_run.lua raised its `fence`),
+-- an earlier one may neither write events under it nor take it back.
+local function abandoned_attempt(record, attempt)
+  local fence = tonumber(redis.call('HGET', record, 'fence') or '0')
+  if attempt < fence then
+    return redis.error_reply('ABANDONED attempt ' .. attempt .. ' of this Spark task: attempt '
+      .. fence .. ' has taken its run record over')
+  end
+  return nil
+end
+
 -- The type's `counts` hash holds what `aioqueue stats` reads in O(1) instead of walking the
 -- envelopes: `under_way`, the envelopes carrying `due_at` (attempts under way), kept by every
 -- script that gives an envelope `due_at` or takes it away, and `finished`, the successes so

@@ -21,10 +21,11 @@
 --   replace it as a debounce bounded by max_wait ms: the series begins at the first enqueue
 --   (or when the pending version's attempt started), and no replacement makes the event due
 --   later than that time plus max_wait. With a run record, followed by '@<attempt>:<call>'
---   (the Spark task's attempt number and this call's number in it). Any of these may end in '+wait' (needs the counts
---   key): the caller follows the call with WAIT on the same connection, which confirms only
---   what that connection wrote; a call that writes no event then writes a no-op to counts,
---   so that the WAIT covers every earlier write, the kept events' own included.
+--   (the Spark task's attempt id and this call's number in the attempt). Any of these may
+--   end in '+wait' (needs the counts key): the caller follows the call with WAIT on the same
+--   connection, which confirms only what that connection wrote; a call that writes no event
+--   then writes a no-op to counts, so that the WAIT covers every earlier write, the kept
+--   events' own included.
 -- ARGV[2] event type wire name: checked against the keys' hash tag, so a producer cannot
 --   write one type's events into another type's queue
 -- then 5 values per event: id, payload (JSON text), context (JSON object of strings),
@@ -98,10 +99,9 @@ if record and #ARGV > 2 then
   if not attempt then
     return redis.error_reply("a run record needs the mode's '@<attempt>:<call>'")
   end
-  local fence = tonumber(redis.call('HGET', record, 'fence') or '0')
-  if tonumber(attempt) < fence then
-    return redis.error_reply('ABANDONED attempt ' .. attempt .. ' of this Spark task: attempt '
-      .. fence .. ' has taken its run record over')
+  local refused = abandoned_attempt(record, tonumber(attempt))
+  if refused then
+    return refused
   end
 end
 local replaced_under_way = 0

@@ -1,7 +1,7 @@
 -- A retried attempt of a Spark task takes its task's run record over (see enqueue.lua).
 -- KEYS[1] run record (hash: `fence`, and '<attempt>:<call>' -> [[id, ...], '1101...'] for
 --   every enqueue call an attempt of the task made)
--- ARGV[1] the attempt number
+-- ARGV[1] the attempt's id (Spark's task attempt id: a retry's is larger)
 -- Raises the record's fence to this attempt, so that from now on the enqueue calls of every
 -- earlier attempt (one killed halfway may still have a pipeline on its way) are refused and
 -- write nothing. Then what the record holds is all the task ever wrote, and the attempt can
@@ -10,10 +10,9 @@
 -- Returns the record's call entries, as [field, value, field, value, ...], or an error when
 -- a later attempt has taken the record over already.
 local attempt = tonumber(ARGV[1])
-local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if attempt < fence then
-  return redis.error_reply('ABANDONED attempt ' .. attempt .. ' of this Spark task: attempt '
-    .. fence .. ' has taken its run record over')
+local refused = abandoned_attempt(KEYS[1], attempt)
+if refused then
+  return refused
 end
 redis.call('HSET', KEYS[1], 'fence', attempt)
 redis.call('EXPIRE', KEYS[1], 86400)
