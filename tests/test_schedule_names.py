@@ -14,6 +14,7 @@ from aioqueue import Event, EventService, EventServiceBuilder
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys
 from aioqueue._recurring.names import claim_name, read_entry
+from aioqueue._recurring.records import read_record
 from tests.support import Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -105,12 +106,20 @@ async def test_a_move_that_died_half_way_is_finished_by_the_old_types_keeper(
     async with consumer(service_builder, a, b, ticks) as handlers:
         handlers.add_schedule("clock", every=0.5, event=clock)
         service_a = service_builder().enable_scheduling(False).build()
-        # Every 2 s: the keeper's next look at the directory comes about 2 s after a tick is
-        # handled, so the half-way listing below is read before the keeper fences its record
-        # even on a loaded machine (at 0.5 s the keeper sometimes got there first).
         service_a.add_schedule("rep", every=2, event=report_a)
         async with service_a:
             await a.wait_for(1)
+            keys_a = QueueKeys.for_type("aioqueue", "ReportA")
+
+            async def keeper_asleep_for_a_second() -> bool:
+                """The keeper looks at the directory only when the tick it produced last is
+                due; a handled tick does not say it already looked for that tick (its wake-up
+                and the delivery race), a produced next tick a second away does."""
+                record = await read_record(redis_client, keys_a, "rep")
+                assert record is not None
+                return record.tick is not None and record.tick - record.now >= 1000
+
+            await wait_until(keeper_asleep_for_a_second)
             token, stale = await claim_name(redis_client, "aioqueue", "rep", "ReportB")
             assert stale == ["ReportA"]  # ...and then the mover died
             half_way = await handlers.schedules()
