@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from aioqueue._engine.held_connection import HeldConnection
 from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
 from aioqueue._engine.store import Claimed, QueueStore
 from aioqueue._model.config import ServiceConfig
@@ -27,6 +28,8 @@ class _Partition:
 
     store: QueueStore
     acknowledger: Acknowledger
+    claims: HeldConnection
+    """The connection the partition's claims go out on, one after another."""
     carries_acknowledgements: bool = False
     """True while the partition's taker is about to claim: successes then ride that claim.
     False while it waits inside Redis or has stopped: successes are then acknowledged on
@@ -72,7 +75,9 @@ class Consumer:
         """`thread_limiter` bounds the threads of a sync handler, shared with the service's
         other sync handlers (anyio's default limiter if None)."""
         event_type = stores[0].event_type
-        self._partitions = [_Partition(store, Acknowledger(store)) for store in stores]
+        self._partitions = [
+            _Partition(store, Acknowledger(store), HeldConnection(store.client)) for store in stores
+        ]
         self._runner = HandlerRunner(
             event_type=event_type,
             event_class=event_class,
@@ -178,7 +183,7 @@ class Consumer:
                 # (acknowledged first), and those partitions have their turn.
                 count = granted if self._slots.contended else granted + len(succeeded)
                 try:
-                    claimed = await self._claim(store, count, succeeded)
+                    claimed = await self._claim(partition, count, succeeded)
                 except REDIS_ERRORS as exc:
                     self._slots.release(granted)
                     await self._acknowledge_apart(partition, succeeded)
@@ -206,16 +211,20 @@ class Consumer:
             partition.carries_acknowledgements = False
             succeeded, partition.succeeded = partition.succeeded, []
             await self._acknowledge_apart(partition, succeeded)
+            await partition.claims.release()
 
-    async def _claim(self, store: QueueStore, count: int, succeeded: list[Succeeded]) -> Claimed:
+    async def _claim(
+        self, partition: _Partition, count: int, succeeded: list[Succeeded]
+    ) -> Claimed:
         # Shielded: a claim that returned must reach a handler. Cancelling it halfway would
         # leave its events leased and late by a handler timeout. (The script call has a
         # deadline of its own, so a dead server cannot hold it forever.)
         with anyio.CancelScope(shield=True):
-            claimed = await store.claim(
+            claimed = await partition.store.claim(
                 count,
                 lease_ms=self._config.lease_ms,
                 acknowledge=[success.envelope for success in succeeded],
+                held=partition.claims,
             )
         return claimed
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from typing import TypeAlias
 
 import anyio
 
@@ -13,12 +14,16 @@ from aioqueue._model.event import Event
 
 from .client import RedisClient
 from .coalescer import Coalescer
+from .held_connection import HeldConnection
 from .keys import QueueLayout
 from .queues import QueueDirectory
 from .steps import run_steps
 from .writes import CHUNK_SIZE, DueTime, EnqueueItem, enqueue_many_steps, event_item
 
 __all__ = ["Producer"]
+
+_WriteMode: TypeAlias = "tuple[QueueLayout, bool, int | None]"
+"""What calls must share to share a script call: their type's layout, replace, max_wait_ms."""
 
 # Script calls in flight at once during enqueue_many, each on its own pooled connection.
 CONCURRENT_CHUNKS = 4
@@ -27,7 +32,7 @@ CONCURRENT_CHUNKS = 4
 class Producer:
     """Validates events and schedules them, grouped per partition and chunked."""
 
-    __slots__ = ("_client", "_coalescers", "_config", "_queues")
+    __slots__ = ("_client", "_coalescers", "_config", "_held", "_queues")
 
     def __init__(self, client: RedisClient, queues: QueueDirectory, config: ServiceConfig) -> None:
         self._client = client
@@ -35,9 +40,21 @@ class Producer:
         self._config = config
         # Calls that share a type and a write mode share script calls, whatever their
         # partitions: a batch goes out as one call per partition, sent together.
-        self._coalescers: dict[
-            tuple[QueueLayout, bool, int | None], Coalescer[EnqueueItem, bool]
-        ] = {}
+        self._coalescers: dict[_WriteMode, Coalescer[EnqueueItem, bool]] = {}
+        # A coalescer flushes one batch at a time, so each keeps a connection for its script
+        # calls (see held_connection.py), while its service runs: a producer that is never
+        # started has nobody to give the connections back.
+        self._held: dict[_WriteMode, HeldConnection] | None = None
+
+    def hold_connections(self) -> None:
+        """Coalesced writes keep a connection each from now on (the service started)."""
+        self._held = {}
+
+    async def release_connections(self) -> None:
+        """Gives the kept connections back (the service stops); writes take pooled ones."""
+        held, self._held = self._held, None
+        for connection in (held or {}).values():
+            await connection.release()
 
     async def enqueue(
         self,
@@ -55,10 +72,18 @@ class Producer:
         coalescer = self._coalescers.get(mode)
         if coalescer is None:
             coalescer = self._coalescers[mode] = Coalescer(
-                functools.partial(self._write, layout, replace=replace, max_wait_ms=max_wait_ms),
-                CHUNK_SIZE,
+                functools.partial(self._write_coalesced, mode), CHUNK_SIZE
             )
         return await coalescer.submit(item)
+
+    async def _write_coalesced(self, mode: _WriteMode, items: list[EnqueueItem]) -> list[bool]:
+        layout, replace, max_wait_ms = mode
+        held = None
+        if self._held is not None:
+            held = self._held.get(mode)
+            if held is None:
+                held = self._held[mode] = HeldConnection(self._client)
+        return await self._write(layout, items, replace=replace, max_wait_ms=max_wait_ms, held=held)
 
     async def enqueue_many(
         self,
@@ -120,13 +145,14 @@ class Producer:
         *,
         replace: bool,
         max_wait_ms: int | None,
+        held: HeldConnection | None = None,
     ) -> list[bool]:
         writes = [(layout.keys_for(item.id), layout.event_type, item) for item in items]
         steps = enqueue_many_steps(
             self._client, writes, replace=replace, max_wait_ms=max_wait_ms,
             durability=self._config.durability,
         )  # fmt: skip
-        return await run_steps(self._client, steps)
+        return await run_steps(self._client, steps, held)
 
     def prepare(self, event: Event, due: DueTime, context: str = "{}") -> EnqueueItem:
         """Validates and encodes one event for a script that writes it (a schedule's tick)."""

@@ -12,6 +12,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from .client import RedisClient, SyncRedisClient
 from .durability import DurableCalls
 from .functions import LIBRARY
+from .held_connection import HeldConnection
 from .steps import Command, Pipeline, Steps, run_steps, run_steps_sync
 
 __all__ = ["LuaScript", "script_source"]
@@ -45,11 +46,16 @@ class LuaScript:
         self.function = LIBRARY.function(name)
 
     async def run(
-        self, client: RedisClient, keys: Sequence[str], args: Sequence[str | int | bytes]
+        self,
+        client: RedisClient,
+        keys: Sequence[str],
+        args: Sequence[str | int | bytes],
+        held: HeldConnection | None = None,
     ) -> Any:
-        """Runs the script; fails with redis.exceptions.TimeoutError if Redis does not answer
-        within REPLY_TIMEOUT."""
-        return await run_steps(client, self.steps(client, keys, args))
+        """Runs the script (on `held`, a connection of `client` its caller keeps, if given);
+        fails with redis.exceptions.TimeoutError if Redis does not answer within
+        REPLY_TIMEOUT."""
+        return await run_steps(client, self.steps(client, keys, args), held)
 
     def run_sync(
         self, client: SyncRedisClient, keys: Sequence[str], args: Sequence[str | int | bytes]

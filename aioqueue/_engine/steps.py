@@ -28,6 +28,7 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import ResponseError
 
 from .client import RedisClient, SyncRedisClient, ensure_slot_map, within_reply_timeout
+from .held_connection import HeldConnection
 
 __all__ = [
     "Command",
@@ -96,9 +97,12 @@ Steps: TypeAlias = "Generator[Step, Any, R]"
 """A conversation with Redis that returns R: it yields steps and receives their replies."""
 
 
-async def run_steps(client: RedisClient, steps: Steps[R]) -> R:
-    """Runs `steps` on an asyncio client; each reply has REPLY_TIMEOUT (see client.py)."""
+async def run_steps(client: RedisClient, steps: Steps[R], held: HeldConnection | None = None) -> R:
+    """Runs `steps` on an asyncio client; each reply has REPLY_TIMEOUT (see client.py). With
+    `held` (a connection of this client's that the caller keeps), single commands go out on
+    that connection; pipelines still take the client's."""
     await ensure_slot_map(client)
+    direct = held if held is not None and held.holds_a_connection else None
     reply: Any = None
     refusal: ResponseError | None = None
     try:
@@ -112,6 +116,8 @@ async def run_steps(client: RedisClient, steps: Steps[R]) -> R:
             try:
                 if isinstance(step, Pipeline):
                     reply = await _pipeline(client, step)
+                elif direct is not None:
+                    reply = await direct.execute(*step)
                 else:
                     call = client.execute_command(*step, **_routing(client, step))
                     reply = await within_reply_timeout(call)

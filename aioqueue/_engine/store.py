@@ -16,6 +16,7 @@ from .client import (
     within_reply_timeout,
 )
 from .envelope import Envelope, text
+from .held_connection import HeldConnection
 from .keys import QueueKeys
 from .scripts import ACKNOWLEDGE, CLAIM, DISPATCH, EXTEND_LEASE, FAIL, REQUEUE
 from .steps import run_steps
@@ -111,10 +112,16 @@ class QueueStore:
         )
 
     async def claim(
-        self, count: int, *, lease_ms: int, acknowledge: Sequence[Envelope] = ()
+        self,
+        count: int,
+        *,
+        lease_ms: int,
+        acknowledge: Sequence[Envelope] = (),
+        held: HeldConnection | None = None,
     ) -> Claimed:
         """Acknowledges the `acknowledge` deliveries, then pops up to `count` current envelopes
-        from the ready list (never blocks), in one atomic call."""
+        from the ready list (never blocks), in one atomic call (on `held`, a connection of
+        this store's client that the caller keeps for its claims, if given)."""
         k = self.keys
         keys = [
             k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused,
@@ -123,7 +130,7 @@ class QueueStore:
         args: list[str | int | bytes] = [count, lease_ms]
         if acknowledge:
             args.append(orjson.dumps(_versions(acknowledge)))
-        reply = await CLAIM.run(self.client, keys, args)
+        reply = await CLAIM.run(self.client, keys, args, held)
         if int(reply[1]) == -1:  # paused: the third value is the ready list's length
             return Claimed(int(reply[0]), int(reply[2]), [], paused=True)
         if int(reply[1]) == -2:  # the rate limit's window is full until the fourth value

@@ -101,6 +101,7 @@ class EventService(
         self._task_group = task_group
         self._handler_threads = anyio.CapacityLimiter(self._config.handler_threads)
         self._state = ServiceState.RUNNING
+        self._producer.hold_connections()
         if self._config.enable_scheduling:
             self._dispatcher = Dispatcher(self._config, self._handled_stores)
             self._start_background("dispatcher", self._dispatcher.run)
@@ -156,6 +157,7 @@ class EventService(
             finally:
                 self._task_group = None
                 self._state = ServiceState.CLOSED
+                await self._producer.release_connections()
                 if self._owns_client:
                     await self._client.aclose()
         if exc is None:
