@@ -7,6 +7,7 @@ was running when the worker was told to stop still finished.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import anyio
@@ -20,10 +21,18 @@ class Export(Event):
 
 
 async def export(event: Export) -> bool:
-    print(f"started {event.id}", flush=True)
+    say(f"started {event.id}")
     await anyio.sleep(float(os.environ.get("HANDLER_SECONDS", "1.0")))
-    print(f"finished {event.id}", flush=True)
+    say(f"finished {event.id}")
     return True
+
+
+def say(line: str) -> None:
+    """One write per line: worker processes share the pipe, and on unbuffered output
+    (PYTHONUNBUFFERED) print() writes the text and its newline apart, so two processes'
+    lines could interleave ("started e-1started e-2", then an empty line)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def create_service(url: str, prefix: str) -> EventService:
