@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
+import anyio
 import pytest
 import redis.exceptions
 from redis.asyncio import Redis
@@ -38,6 +39,37 @@ async def test_calls_share_one_connection_which_goes_back_to_the_pool(
         await held.release()
         assert not client.connection_pool._in_use_connections
         assert int(await client.execute_command("CLIENT", "ID")) == first  # type: ignore[no-untyped-call]
+    finally:
+        await client.aclose()
+
+
+async def test_a_release_during_a_conversation_sends_the_rest_through_the_pool(
+    server_factory: ServerFactory,
+) -> None:
+    """A service that closes while an enqueue's conversation is under way (several steps:
+    the library loaded, then the call) releases the connection during one step: that step
+    ends on it, the rest goes out on the client's pool instead of failing."""
+    client = service_client_from_url(server_factory().url)
+    assert isinstance(client, Redis)
+    held = HeldConnection(client)
+    first_answered = anyio.Event()
+
+    def steps() -> Steps[bytes]:
+        yield ("SET", "k", "v")
+        first_answered.set()
+        yield ("SET", "k", "w")  # under way when the release comes
+        return bytes((yield ("GET", "k")))
+
+    async def release_during_the_second_step() -> None:
+        await first_answered.wait()
+        await held.release()
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(release_during_the_second_step)
+            assert await run_steps(client, steps(), held) == b"w"
+        assert not held.holds_a_connection
+        assert not client.connection_pool._in_use_connections  # given back, none kept
     finally:
         await client.aclose()
 

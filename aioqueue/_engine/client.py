@@ -100,6 +100,10 @@ def service_client_of_sentinels(settings: SentinelSettings) -> RedisClient:
     return pack_commands_in_c(sentinel_client(settings, **_SERVICE_OPTIONS))
 
 
+_asyncio_timeout = getattr(asyncio, "timeout", None)
+"""asyncio.timeout where Python has it (3.11+), else None (see within_reply_timeout)."""
+
+
 async def within_reply_timeout(
     call: Awaitable[T], limit: float | None = None, *, blocking: float = 0.0
 ) -> T:
@@ -121,9 +125,6 @@ async def within_reply_timeout(
     with anyio.move_on_after(seconds):
         return await call
     raise RedisTimeoutError(f"no reply from Redis within {seconds:g} s")
-
-
-_asyncio_timeout = getattr(asyncio, "timeout", None)
 
 
 class _SlotMapFirstCluster(RedisCluster):

@@ -10,7 +10,8 @@ connection's own retry policy, and checks it before each call as the pool checks
 connection it hands out, so the wire and the error semantics stay redis-py's.
 
 On Redis Cluster a call's node depends on its keys, so there is nothing to hold: calls go
-through the client's routing as before (`holds_a_connection` is False).
+through the client's routing as before (`holds_a_connection` is False), as do calls after
+`release()`.
 """
 
 from __future__ import annotations
@@ -43,12 +44,11 @@ class HeldConnection:
         self._released = False
 
     @property
-    def client(self) -> RedisClient:
-        return self._client
-
-    @property
     def holds_a_connection(self) -> bool:
-        return not isinstance(self._client, RedisCluster)
+        """Whether calls go out on the held connection: not on a cluster, and not once
+        released (a conversation the release overtook takes the client's pool for the rest
+        of its steps)."""
+        return not self._released and not isinstance(self._client, RedisCluster)
 
     async def execute(self, *command: str | int | bytes) -> Any:
         """Sends one command and returns its reply (a refusal raises its ResponseError, and

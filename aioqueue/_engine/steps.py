@@ -102,7 +102,6 @@ async def run_steps(client: RedisClient, steps: Steps[R], held: HeldConnection |
     `held` (a connection of this client's that the caller keeps), single commands go out on
     that connection; pipelines still take the client's."""
     await ensure_slot_map(client)
-    direct = held if held is not None and held.holds_a_connection else None
     reply: Any = None
     refusal: ResponseError | None = None
     try:
@@ -116,8 +115,8 @@ async def run_steps(client: RedisClient, steps: Steps[R], held: HeldConnection |
             try:
                 if isinstance(step, Pipeline):
                     reply = await _pipeline(client, step)
-                elif direct is not None:
-                    reply = await direct.execute(*step)
+                elif held is not None and held.holds_a_connection:
+                    reply = await held.execute(*step)
                 else:
                     call = client.execute_command(*step, **_routing(client, step))
                     reply = await within_reply_timeout(call)
