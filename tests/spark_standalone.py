@@ -50,15 +50,6 @@ def _alive_workers(web_port: int) -> int | None:
     )
 
 
-def _distinct_free_ports(count: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
 @pytest.fixture(scope="session")
 def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
     home = _spark_home()
@@ -73,7 +64,7 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spark
         "SPARK_DAEMON_JAVA_OPTS": f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}",
         "SPARK_DAEMON_MEMORY": "256m",
     }
-    port, web_port, worker_web_port = _distinct_free_ports(3)
+    port, web_port, worker_web_port = (free_port() for _ in range(3))  # distinct
     master_url = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
     logs = tmp_path_factory.mktemp("spark-daemons")

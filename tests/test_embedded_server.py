@@ -67,6 +67,13 @@ def test_free_port_and_its_cluster_bus_port_can_be_bound() -> None:
         bus_socket.bind(("127.0.0.1", port + 10000))
 
 
+def test_free_port_never_gives_a_process_the_same_port_twice() -> None:
+    """Servers made before any of them starts (a primary and its replica) each get a port of
+    their own: the kernel's pick is only free now, and once gave a replica its primary's."""
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+
+
 async def test_restart_keeps_appendonly_data_on_the_same_port(
     server_factory: ServerFactory,
 ) -> None:

@@ -10,6 +10,7 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -90,14 +91,29 @@ def _can_bind(port: int) -> bool:
     return True
 
 
+# Ports free_port gave out in this process. The kernel's pick is a port nobody holds *now*,
+# so servers made before any of them starts (a primary and its replica, a cluster's nodes)
+# could be given the same one; the second would then find the first answering its readiness
+# check and pass for started while its own process failed to bind.
+_given_out: set[int] = set()
+_given_out_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """Return a free TCP port on 127.0.0.1 whose cluster bus port (+10000) is free too."""
-    for _ in range(200):
-        # Port 0 lets the kernel pick a port nobody holds; we only check the bus port ourselves.
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((_HOST, 0))
-            port: int = probe.getsockname()[1]
-            if port <= _MAX_PORT and _can_bind(port + _CLUSTER_BUS_OFFSET):
+    """Return a free TCP port on 127.0.0.1 whose cluster bus port (+10000) is free too, and
+    that this process was not given before."""
+    with _given_out_lock:
+        for _ in range(200):
+            # Port 0 lets the kernel pick a port nobody holds; the bus port we check ourselves.
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind((_HOST, 0))
+                port: int = probe.getsockname()[1]
+            if (
+                port <= _MAX_PORT
+                and port not in _given_out
+                and _can_bind(port + _CLUSTER_BUS_OFFSET)
+            ):
+                _given_out.add(port)
                 return port
     raise RuntimeError("could not find a free port pair (port, port + 10000) on 127.0.0.1")
 
