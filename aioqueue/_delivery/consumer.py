@@ -38,6 +38,8 @@ class _Partition:
     """Successes handed to the taker, each still holding its handler slot."""
     waiting: SlotRequest | None = None
     """The taker's pending request for slots; handing it a success wakes it too."""
+    ready_left: int | None = None
+    """Deliveries its ready list held after the taker's last claim (None before the first)."""
 
 
 @dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
@@ -69,11 +71,13 @@ class Consumer:
         handler: Handler,
         parallelism: int,
         config: ServiceConfig,
-        on_claimed: Callable[[int], None] = lambda ready_left: None,
+        on_claiming: Callable[[int], None] = lambda ready_left: None,
         thread_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         """`thread_limiter` bounds the threads of a sync handler, shared with the service's
-        other sync handlers (anyio's default limiter if None)."""
+        other sync handlers (anyio's default limiter if None). `on_claiming` is called as a
+        claim goes out, with the length its ready list will have once the claim is served
+        (going by the last claim's reply), so that a dispatcher tops the list up meanwhile."""
         event_type = stores[0].event_type
         self._partitions = [
             _Partition(store, Acknowledger(store), HeldConnection(store.client)) for store in stores
@@ -85,7 +89,7 @@ class Consumer:
             config=config,
             thread_limiter=thread_limiter,
         )
-        self._on_claimed = on_claimed
+        self._on_claiming = on_claiming
         self._parallelism = parallelism
         self._config = config
         self._slots = SlotPool(parallelism)
@@ -182,6 +186,11 @@ class Consumer:
                 # partitions wait for slots: then they go back to the pool after the claim
                 # (acknowledged first), and those partitions have their turn.
                 count = granted if self._slots.contended else granted + len(succeeded)
+                if partition.ready_left is not None:
+                    # Called before the claim, whose script call is written before this task
+                    # lets another run: a top-up of the list then goes out behind the claim,
+                    # while this process waits for the claim anyway, not while handlers run.
+                    self._on_claiming(partition.ready_left - count)
                 try:
                     claimed = await self._claim(partition, count, succeeded)
                 except REDIS_ERRORS as exc:
@@ -193,8 +202,7 @@ class Consumer:
                 for success in succeeded:
                     self._runner.report_success(success)
                 self._slots.release(granted + len(succeeded) - len(claimed.envelopes))
-                if claimed.envelopes:
-                    self._on_claimed(claimed.ready_left)
+                partition.ready_left = claimed.ready_left
                 for raw in claimed.envelopes:
                     deliveries.put(_Delivery(partition, raw, claimed.server_now_ms))
                 if claimed.limited_until_ms is not None and not partition.succeeded:

@@ -9,10 +9,10 @@ from types import CodeType
 from typing import Any, TypeVar, overload
 
 from aioqueue._delivery.consumer import Consumer
+from aioqueue._delivery.dispatcher import DispatchTarget
 from aioqueue._delivery.watchdog import handler_code
 from aioqueue._engine.rate_limits import record_rate_limit
 from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
-from aioqueue._engine.store import QueueStore
 from aioqueue._model.errors import HandlerRegistrationError, PartitionCountMismatchError
 from aioqueue._model.event import Event, event_type_name, serial_key_of
 
@@ -126,7 +126,7 @@ class ServiceHandlers(ServiceBase):
             handler=registration.handler,
             parallelism=registration.parallelism,
             config=self._config,
-            on_claimed=self._ready_list_drained,
+            on_claiming=self._ready_list_draining,
             thread_limiter=self._handler_threads,
         )
         consumer = registration.consumer
@@ -178,13 +178,14 @@ class ServiceHandlers(ServiceBase):
                 codes[code] = f"{name} ({registration.event_type})"
         return codes
 
-    def _ready_list_drained(self, ready_left: int) -> None:
+    def _ready_list_draining(self, ready_left: int) -> None:
         if self._dispatcher is not None:
-            self._dispatcher.ready_list_drained(ready_left)
+            self._dispatcher.ready_list_draining(ready_left)
 
-    def _handled_stores(self) -> Iterator[QueueStore]:
-        for event_type in self._registrations:
-            yield from self._queues.queue(event_type).stores
+    def _dispatch_targets(self) -> Iterator[DispatchTarget]:
+        for event_type, registration in self._registrations.items():
+            for store in self._queues.queue(event_type).stores:
+                yield DispatchTarget(store, registration.parallelism)
 
 
 def _check_handler(event_class: type[Event], handler: object) -> None:

@@ -103,7 +103,7 @@ class EventService(
         self._state = ServiceState.RUNNING
         self._producer.hold_connections()
         if self._config.enable_scheduling:
-            self._dispatcher = Dispatcher(self._config, self._handled_stores)
+            self._dispatcher = Dispatcher(self._config, self._dispatch_targets)
             self._start_background("dispatcher", self._dispatcher.run)
         if self._config.loop_blocking_threshold > 0:
             watchdog = LoopWatchdog(self._config.loop_blocking_threshold, self._handler_codes)

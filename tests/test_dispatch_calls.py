@@ -1,0 +1,75 @@
+"""How the dispatcher sizes its calls to the local consumer and keeps its ready list topped
+up, through the public API on a real server."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from aioqueue import EventServiceBuilder, NoMetrics
+from aioqueue._delivery import dispatcher
+from tests.support import PaymentCheck, Recorder
+
+pytestmark = pytest.mark.backends("standalone", "cluster")
+
+Builder = Callable[[], EventServiceBuilder]
+
+
+class DispatchSizes(NoMetrics):
+    """Records how many events each dispatch call moved."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def events_dispatched(self, event_type: str, count: int) -> None:
+        self.sizes.append(count)
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "batch_size", "largest_call"),
+    [
+        (2, 100, 16),  # three claims' worth is 6: the smallest call instead
+        (10, 100, 30),  # three claims' worth
+        (40, 100, 100),  # three claims' worth is 120: the batch size caps it
+        (10, 8, 8),  # a batch size below three claims' worth caps it too
+    ],
+)
+async def test_a_dispatch_call_moves_a_few_claims_worth_of_the_local_consumer(
+    service_builder: Builder, parallelism: int, batch_size: int, largest_call: int
+) -> None:
+    """A call holds the server while the local consumer's next claim waits behind it, so a
+    call moves about three of that consumer's claims (at least 16, at most the batch size),
+    and more calls keep the ready list (two batches) topped up."""
+    metrics = DispatchSizes()
+    handler = Recorder()
+    builder = service_builder().scheduling_batch_size(batch_size).metrics(metrics)
+    async with builder.build() as service:
+        events = [PaymentCheck(id=f"p-{n}", order_id=n) for n in range(240)]
+        assert all(await service.enqueue_many(events, 0))
+        service.add_handler(PaymentCheck, handler, parallelism=parallelism)
+        await handler.wait_for(240)
+    assert Counter(handler.ids) == Counter(event.id for event in events)
+    assert max(metrics.sizes) == largest_call
+    assert sum(metrics.sizes) == 240
+
+
+async def test_claims_wake_a_dispatcher_that_a_full_ready_list_held_back(
+    service_builder: Builder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no pause that ends on its own (a full ready list's, the scheduling interval), a
+    drain that needs many refills of the ready list ends only because the consumer's claims
+    wake the dispatcher once the list has room for a call."""
+    monkeypatch.setattr(dispatcher, "READY_FULL_PAUSE", 3600.0)
+    metrics = DispatchSizes()
+    handler = Recorder()
+    builder = service_builder().scheduling_interval(3600).scheduling_batch_size(20).metrics(metrics)
+    async with builder.build() as service:
+        events = [PaymentCheck(id=f"p-{n}", order_id=n) for n in range(500)]
+        assert all(await service.enqueue_many(events, 0))
+        service.add_handler(PaymentCheck, handler, parallelism=10)
+        await handler.wait_for(500)
+    assert Counter(handler.ids) == Counter(event.id for event in events)
+    # The ready list holds two batches (40): most of the 500 came in refills of a call each.
+    assert len(metrics.sizes) >= 500 // 20
