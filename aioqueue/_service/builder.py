@@ -135,7 +135,9 @@ class EventServiceBuilder:
 
     def scheduling_batch_size(self, size: int) -> EventServiceBuilder:
         """Most due events one dispatcher script call moves (default 100); a ready list
-        holds at most two batches."""
+        holds at most two batches. A call moves about three claims of the handler's
+        parallelism (at least 16) when that is fewer, so that the server moves events while
+        the handlers run instead of the handlers waiting for one long call."""
         self._batch_size = size
         return self
 
