@@ -187,9 +187,10 @@ class Consumer:
                 # (acknowledged first), and those partitions have their turn.
                 count = granted if self._slots.contended else granted + len(succeeded)
                 if partition.ready_left is not None:
-                    # Called before the claim, whose script call is written before this task
-                    # lets another run: a top-up of the list then goes out behind the claim,
-                    # while this process waits for the claim anyway, not while handlers run.
+                    # Called before the claim, whose script call is normally written before
+                    # this task lets another run: a top-up of the list then goes out behind
+                    # the claim, while this process waits for the claim anyway, not while
+                    # the handlers of the events it brings run.
                     self._on_claiming(partition.ready_left - count)
                 try:
                     claimed = await self._claim(partition, count, succeeded)
