@@ -29,6 +29,7 @@ import pytest
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays, ServiceState
 from aioqueue._engine.keys import QueueKeys, QueueLayout
@@ -97,7 +98,15 @@ async def run_through_failover(
         flow.stop()
 
         async def settled() -> bool:
-            return set(flow.acknowledged) <= set(flow.handler.ids) or not await still_pending()
+            if set(flow.acknowledged) <= set(flow.handler.ids):
+                return True
+            try:
+                return not await still_pending()
+            except RedisConnectionError:
+                # This probe's own connection, which the failover's aftermath may still close
+                # (it did once, in a CI run): asked again on the next poll. The services'
+                # connections are what the test checks, through the flow.
+                return False
 
         await wait_until(settled, within=30)
         assert worker.state is ServiceState.RUNNING
