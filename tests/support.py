@@ -11,7 +11,7 @@ import anyio
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 
-from aioqueue import Event, event_context
+from aioqueue import Event, NoMetrics, event_context
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys
 
@@ -73,6 +73,16 @@ class Recorder:
             while len(self.deliveries) < count:
                 await self._changed.wait()
         return self.deliveries
+
+
+class DispatchSizes(NoMetrics):
+    """Metrics that record how many events each dispatch call moved."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def events_dispatched(self, event_type: str, count: int) -> None:
+        self.sizes.append(count)
 
 
 def queue_key(event_type: str, part: str, prefix: str = "aioqueue") -> str:

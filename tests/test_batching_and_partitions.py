@@ -10,10 +10,17 @@ import anyio
 import pytest
 import redis.asyncio as redis
 
-from aioqueue import EventServiceBuilder, InvalidEnqueueError, NoMetrics
+from aioqueue import EventServiceBuilder, InvalidEnqueueError
 from aioqueue._engine.keys import QueueLayout
 from tests.conftest import ScriptCall
-from tests.support import OrderTimeout, PaymentCheck, Recorder, queue_key, wait_until
+from tests.support import (
+    DispatchSizes,
+    OrderTimeout,
+    PaymentCheck,
+    Recorder,
+    queue_key,
+    wait_until,
+)
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -97,13 +104,8 @@ async def test_the_largest_batches_go_through_the_scripts_in_chunks(
     """A dispatch of the largest batch size and claims for thousands of free slots: the
     scripts batch their commands, and Lua unpacks only about 8000 arguments at a time."""
     handler = Recorder()
-    dispatched: list[int] = []
-
-    class CountingMetrics(NoMetrics):
-        def events_dispatched(self, event_type: str, count: int) -> None:
-            dispatched.append(count)
-
-    builder = service_builder().scheduling_batch_size(10_000).metrics(CountingMetrics())
+    metrics = DispatchSizes()
+    builder = service_builder().scheduling_batch_size(10_000).metrics(metrics)
     async with builder.build() as service:
         events = [PaymentCheck(id=f"p-{n}", order_id=n) for n in range(10_000)]
         assert all(await service.enqueue_many(events, 0))
@@ -115,7 +117,7 @@ async def test_the_largest_batches_go_through_the_scripts_in_chunks(
 
         await wait_until(drained)
     assert Counter(handler.ids) == Counter(f"p-{n}" for n in range(10_000))
-    assert max(dispatched) == 10_000  # one dispatch call moved them all
+    assert max(metrics.sizes) == 10_000  # one dispatch call moved them all
 
 
 async def test_concurrent_enqueues_of_a_partitioned_type_share_one_call_per_partition(

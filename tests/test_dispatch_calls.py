@@ -8,23 +8,13 @@ from collections.abc import Callable
 
 import pytest
 
-from aioqueue import EventServiceBuilder, NoMetrics
+from aioqueue import EventServiceBuilder
 from aioqueue._delivery import dispatcher
-from tests.support import PaymentCheck, Recorder
+from tests.support import DispatchSizes, PaymentCheck, Recorder
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
 Builder = Callable[[], EventServiceBuilder]
-
-
-class DispatchSizes(NoMetrics):
-    """Records how many events each dispatch call moved."""
-
-    def __init__(self) -> None:
-        self.sizes: list[int] = []
-
-    def events_dispatched(self, event_type: str, count: int) -> None:
-        self.sizes.append(count)
 
 
 @pytest.mark.parametrize(
