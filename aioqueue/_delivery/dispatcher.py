@@ -190,7 +190,7 @@ class Dispatcher:
 
         if len(due) == 1:
             # The common case, one handled queue: no task group or limiter for a single call
-            # (a pass per claim or so while a drain keeps the ready list topped up).
+            # (a pass every few claims while a drain keeps the ready list topped up).
             await dispatch(0, *due[0])
         else:
             limiter = anyio.CapacityLimiter(CONCURRENT_DISPATCHES)
