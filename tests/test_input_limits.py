@@ -4,6 +4,7 @@ block the loop are named."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -12,6 +13,7 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder, InvalidEnqueueError, PayloadTooLargeError
+from aioqueue._engine.writes import MAX_DELAY, DueTime
 from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -52,6 +54,32 @@ async def test_due_times_more_than_a_hundred_years_ahead_are_refused(
             await service.enqueue(OrderTimeout(id="o-3"), None, at=far)
         assert await service.enqueue(OrderTimeout(id="o-4"), timedelta(days=36525))
     assert await redis_client.hkeys("aioqueue:{OrderTimeout}:events") == [b"o-4"]
+
+
+@pytest.mark.parametrize(
+    ("delay", "message"),
+    [
+        (math.nan, "delay must be finite"),
+        (math.inf, "delay must be finite"),
+        (-0.001, "delay must be >= 0"),
+        (-1, "delay must be >= 0"),
+        (MAX_DELAY.total_seconds() + 0.001, "delay must be at most 100 years"),
+        (True, "delay must be a timedelta or a number of seconds"),
+        ("60", "delay must be a timedelta or a number of seconds"),
+    ],
+    ids=["nan", "inf", "negative-float", "negative-int", "past-100-years", "bool", "str"],
+)
+def test_a_delay_in_seconds_is_checked_on_the_fast_path_too(delay: object, message: str) -> None:
+    """Numbers take a shortcut through DueTime.of; whatever it lets through is valid, and
+    what it does not gets the same errors as before."""
+    with pytest.raises(InvalidEnqueueError, match=message):
+        DueTime.of(delay, None)  # type: ignore[arg-type]
+
+
+def test_a_delay_in_seconds_gives_the_same_due_time_as_a_timedelta() -> None:
+    for seconds in (0, 0.0004, 1, 1.5, 3600, MAX_DELAY.total_seconds()):
+        assert DueTime.of(seconds, None) == DueTime.of(timedelta(seconds=seconds), None)
+    assert DueTime.of(1.5, None) == DueTime(1500, absolute=False, due_in=1.5)
 
 
 async def test_a_handler_that_blocks_the_event_loop_is_reported_by_name(

@@ -31,7 +31,7 @@ class Acknowledger:
 
     def __init__(self, store: QueueStore) -> None:
         self._store = store
-        self._coalescer: Coalescer[Envelope, None] = Coalescer(self.acknowledge_all, MAX_BATCH)
+        self._coalescer: Coalescer[Envelope, None] = Coalescer([self.acknowledge_all], MAX_BATCH)
 
     async def acknowledge(self, envelope: Envelope) -> None:
         """Returns once the event is deleted, or once deleting it failed (logged; the event

@@ -59,6 +59,12 @@ class QueueDirectory:
             queue = self._queues[event_type] = TypeQueue(self._client, layout)
         return queue
 
+    def known(self, event_class: type[Event]) -> TypeQueue | None:
+        """The class's queue if the class is resolved already, else None (see recorded);
+        no await, for the enqueue path."""
+        record = self.types.known(event_class)
+        return None if record is None else self.queue(record.event_type)
+
     async def recorded(self, event_class: type[Event]) -> TypeQueue:
         """The class's queue, once (per service) the class is resolved (see
         EventTypes.resolve: registry, published schema, serial key)."""

@@ -55,6 +55,7 @@ __all__ = [
 ]
 
 MAX_DELAY = timedelta(days=36525)
+_MAX_DELAY_SECONDS = MAX_DELAY.total_seconds()
 """The furthest ahead an event may be due: 100 years. A later due time is far more likely a
 unit mistake (milliseconds given as seconds) than a plan, and an event never due would sit in
 Redis forever; refusing it also keeps every score an exact integer of milliseconds."""
@@ -83,6 +84,14 @@ class DueTime:
 
     @classmethod
     def of(cls, delay: Duration | None, at: datetime | None) -> DueTime:
+        # The usual call, a delay in seconds, checked in one comparison: NaN, infinity and
+        # out-of-range values fail it and get their errors below.
+        if (
+            at is None
+            and (type(delay) is float or type(delay) is int)
+            and 0 <= delay <= _MAX_DELAY_SECONDS
+        ):
+            return cls(round(delay * 1000), absolute=False, due_in=float(delay))
         if (delay is None) == (at is None):
             raise InvalidEnqueueError("give exactly one of delay and at=")
         if at is not None:

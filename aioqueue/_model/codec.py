@@ -12,7 +12,6 @@ import dataclasses
 import math
 import re
 import typing
-import weakref
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as quoted  # C; a JSON string, non-ASCII kept
 from typing import Any
@@ -123,8 +122,9 @@ class EventCodec:
         return event
 
 
-# Built once per class; weak so that classes made at run time can still go away.
-_codecs: weakref.WeakKeyDictionary[type[Event], EventCodec] = weakref.WeakKeyDictionary()
+# Built once per class and looked up twice per enqueue (encode, then the read-back). A plain
+# dict: a codec holds its class, so a weak key would never go away either.
+_codecs: dict[type[Event], EventCodec] = {}
 
 
 def codec_for(event_class: type[Event]) -> EventCodec:

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from aioqueue._engine.writes import DueTime, context_json, max_wait_ms
 from aioqueue._model.durations import Duration
-from aioqueue._model.event import Event, event_type_name
+from aioqueue._model.event import Event
 
 from .base import ServiceBase
 
@@ -39,13 +39,12 @@ class ServiceProducing(ServiceBase):
         self._ensure_open()
         due = DueTime.of(delay, at)
         bound = max_wait_ms(max_wait, replace=replace)
-        event_type = event_type_name(type(event))
         context = self._config.instrumentation.enqueue_context(context)
-        scheduled = await self._producer.enqueue(
+        outcome = await self._producer.enqueue(
             event, due, context_json(context), replace=replace, max_wait_ms=bound
         )
-        self._after_enqueue([(event_type, scheduled)], due)
-        return scheduled
+        self._after_enqueue([outcome], due)
+        return outcome[1]
 
     async def enqueue_many(
         self,
