@@ -1,13 +1,13 @@
 """A connection one caller keeps for script calls it makes one after another.
 
-A consumer's taker claims, waits for the reply, claims again; a producer's coalescer flushes
-one batch at a time. Through redis-py's client each such call takes a connection from the
-pool and gives it back (a lock, observability hooks, the retry wrapper around both): about
-13 µs of the 70 µs of Python a claim cost; with the reply deadline now asyncio's timeout (8
-µs against anyio's 14, see client.py), a claim costs about 40. A HeldConnection takes one
-connection of the client's pool on first use and sends each call on it directly, with the
-connection's own retry policy, and checks it before each call as the pool checks a
-connection it hands out, so the wire and the error semantics stay redis-py's.
+A consumer's taker claims, waits for the reply, claims again; each lane of a producer's
+coalescer flushes one batch at a time. Through redis-py's client each such call takes a
+connection from the pool and gives it back (a lock, observability hooks, the retry wrapper
+around both): about 13 µs of the 70 µs of Python a claim cost; with the reply deadline now
+asyncio's timeout (8 µs against anyio's 14, see client.py), a claim costs about 40. A
+HeldConnection takes one connection of the client's pool on first use and sends each call on
+it directly, with the connection's own retry policy, and checks it before each call as the
+pool checks a connection it hands out, so the wire and the error semantics stay redis-py's.
 
 On Redis Cluster a call's node depends on its keys, so there is nothing to hold: calls go
 through the client's routing as before (`holds_a_connection` is False), as do calls after

@@ -55,9 +55,9 @@ class Producer:
         # Calls that share a type and a write mode share script calls, whatever their
         # partitions: a batch goes out as one call per partition, sent together.
         self._coalescers: dict[_WriteMode, Coalescer[EnqueueItem, bool]] = {}
-        # A coalescer flushes one batch at a time, so each keeps a connection for its script
-        # calls (see held_connection.py), while its service runs: a producer that is never
-        # started has nobody to give the connections back.
+        # Each lane of a coalescer flushes one batch at a time, so each keeps a connection for
+        # its script calls (see held_connection.py), while its service runs: a producer that
+        # is never started has nobody to give the connections back.
         self._held: dict[tuple[_WriteMode, int], HeldConnection] | None = None
 
     def hold_connections(self) -> None:

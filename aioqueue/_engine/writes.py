@@ -55,10 +55,10 @@ __all__ = [
 ]
 
 MAX_DELAY = timedelta(days=36525)
-_MAX_DELAY_SECONDS = MAX_DELAY.total_seconds()
 """The furthest ahead an event may be due: 100 years. A later due time is far more likely a
 unit mistake (milliseconds given as seconds) than a plan, and an event never due would sit in
 Redis forever; refusing it also keeps every score an exact integer of milliseconds."""
+_MAX_DELAY_SECONDS = MAX_DELAY.total_seconds()
 
 MoveResult = Literal["moved", "missing", "in_flight"]
 
@@ -110,10 +110,9 @@ class DueTime:
             raise InvalidEnqueueError(str(exc)) from exc
         if seconds < 0:
             raise InvalidEnqueueError(f"delay must be >= 0, got {delay!r}; use at= for a past time")
-        if seconds > MAX_DELAY.total_seconds():
+        if seconds > _MAX_DELAY_SECONDS:
             raise InvalidEnqueueError(
-                f"delay must be at most 100 years ({MAX_DELAY.total_seconds():.0f} s), "
-                f"got {delay!r}"
+                f"delay must be at most 100 years ({_MAX_DELAY_SECONDS:.0f} s), got {delay!r}"
             )
         return cls(round(seconds * 1000), absolute=False, due_in=seconds)
 
@@ -131,7 +130,7 @@ def max_wait_ms(max_wait: Duration | None, *, replace: bool) -> int | None:
         seconds = to_seconds(max_wait, "max_wait")
     except (TypeError, ValueError) as exc:
         raise InvalidEnqueueError(str(exc)) from exc
-    if not 0 <= seconds <= MAX_DELAY.total_seconds():
+    if not 0 <= seconds <= _MAX_DELAY_SECONDS:
         raise InvalidEnqueueError(f"max_wait must be between 0 and 100 years, got {max_wait!r}")
     return round(seconds * 1000)
 
