@@ -22,13 +22,13 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-import anyio
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import ResponseError
 
 from .client import RedisClient, SyncRedisClient, ensure_slot_map, within_reply_timeout
 from .held_connection import HeldConnection
+from .node_pipelines import NodeCommands, run_on_nodes
 
 __all__ = [
     "Command",
@@ -81,9 +81,10 @@ class ConfirmedReplies:
 class Pipeline:
     """Script calls (FCALL, EVALSHA, EVAL, each with at least one key) sent together: one
     round trip on a single server, one per node on a cluster (redis-py's cluster pipelines
-    refuse scripts, so the calls of each node go out on one of its connections). A call a
-    node refuses (MOVED after a resharding included) comes back as its error, for the caller
-    to send again on its own, through redis-py's usual routing.
+    refuse scripts, so the calls of each node go out on one of its connections, every node's
+    written before any reply is read: see node_pipelines.py). A call a node refuses (MOVED
+    after a resharding included) comes back as its error, for the caller to send again on
+    its own, through redis-py's usual routing.
 
     With `confirm`, each connection's calls are followed by its commands and the reply is a
     ConfirmedReplies; without, the reply is the list of the calls' replies."""
@@ -174,36 +175,19 @@ async def _cluster_pipeline(client: RedisCluster, step: Pipeline) -> Any:
             replies[position] = ResponseError(f"no node serves the keys of {command[:4]!r}")
             continue
         by_node.setdefault(node, []).append(PipelineCommand(position, *command))
+    confirming = {node: [PipelineCommand(-1, *command) for command in confirm] for node in by_node}
+    # The node's confirmation follows its calls on the same connection.
+    await run_on_nodes(
+        [NodeCommands(node, [*calls, *confirming[node]]) for node, calls in by_node.items()],
+        blocking=_blocking(step),
+    )
     confirmations: list[Confirmation] = []
-
-    failures: list[Exception] = []
-
-    async def send(node: ClusterNode, node_commands: list[PipelineCommand]) -> None:
-        # Each reply (or error) lands on its command; a connection error fails them all.
-        # The node's confirmation follows its calls on the same connection.
-        confirming = [PipelineCommand(-1, *command) for command in confirm]
-        try:
-            await within_reply_timeout(
-                node.execute_pipeline([*node_commands, *confirming]), blocking=_blocking(step)
-            )
-        except Exception as exc:  # kept, so that the caller gets it as itself (see below)
-            failures.append(exc)
-            return
-        for node_command in node_commands:
-            replies[node_command.position] = node_command.result
-        if confirming:
-            positions = [node_command.position for node_command in node_commands]
-            confirmations.append(Confirmation(positions, [c.result for c in confirming]))
-
-    # A task group of anyio's, as everywhere in the library (asyncio.gather's tasks escape
-    # the caller's cancel scopes: a dispatcher stopped during a gather once left a service's
-    # shutdown waiting), and a node's failure leaves as itself, a ConnectionError the
-    # caller handles, not an exception group around it.
-    async with anyio.create_task_group() as nodes:
-        for node, node_commands in by_node.items():
-            nodes.start_soon(send, node, node_commands)
-    if failures:
-        raise failures[0]
+    for node, calls in by_node.items():
+        for call in calls:
+            replies[call.position] = call.result
+        if confirm:
+            positions = [call.position for call in calls]
+            confirmations.append(Confirmation(positions, [c.result for c in confirming[node]]))
     return ConfirmedReplies(replies, confirmations) if step.confirm else replies
 
 
