@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-
-import anyio
 
 __all__ = ["SlotPool", "SlotRequest"]
 
@@ -18,7 +17,9 @@ class SlotRequest:
     def __init__(self, most: int) -> None:
         self.most = most
         self.granted = 0
-        self.wakeup = anyio.Event()
+        # asyncio's Event rather than anyio's, which looks up the running async library
+        # each time one is made: a taker makes one per claim.
+        self.wakeup = asyncio.Event()
 
 
 class SlotPool:
