@@ -120,12 +120,11 @@ async def test_the_largest_batches_go_through_the_scripts_in_chunks(
     assert max(metrics.sizes) == 10_000  # one dispatch call moved them all
 
 
-async def test_concurrent_enqueues_of_a_partitioned_type_share_a_call_per_partition_and_batch(
+async def test_concurrent_enqueues_of_a_partitioned_type_share_one_call_per_partition(
     service_builder: Builder, script_calls: list[ScriptCall]
 ) -> None:
-    """32 enqueues in flight at once, spread over 8 partitions: they go out as two batches
-    (the coalescer's two lanes), each one script call per partition (pipelined per node),
-    not one call per partition and caller."""
+    """32 enqueues in flight at once, spread over 8 partitions: they go out together, one
+    script call per partition (pipelined per node), not one call per partition and caller."""
     async with service_builder().partitions(OrderTimeout, 8).build() as service:
         await service.enqueue(OrderTimeout(id="first"), 60)  # records the type
         script_calls.clear()
@@ -133,9 +132,6 @@ async def test_concurrent_enqueues_of_a_partitioned_type_share_a_call_per_partit
             for n in range(32):
                 callers.start_soon(service.enqueue, OrderTimeout(id=f"o-{n}"), 60)
     enqueues = [call for call in script_calls if call.script == "enqueue"]
-    partitions = Counter(zlib.crc32(f"o-{n}".encode()) % 8 for n in range(32))
-    calls_per_partition = Counter(zlib.crc32(str(call.args[2]).encode()) % 8 for call in enqueues)
-    assert set(calls_per_partition) == set(partitions)
-    assert all(calls <= 2 for calls in calls_per_partition.values())
-    assert len(enqueues) > len(partitions)  # the second batch went out beside the first
+    partitions = {zlib.crc32(f"o-{n}".encode()) % 8 for n in range(32)}
+    assert len(enqueues) == len(partitions)
     assert sum((len(call.args) - 2) // 5 for call in enqueues) == 32

@@ -36,11 +36,13 @@ _WriteMode: TypeAlias = "tuple[str, bool, int | None]"
 CONCURRENT_CHUNKS = 4
 # Coalesced script calls in flight at once for one type and write mode (see coalescer.py):
 # with two, the callers one call answers prepare the next while the server runs the other.
-# A partitioned type's batch is a call per partition: two lanes halve those calls' size, and
-# cost the client about 3.5 µs more an event, but overlap the nodes' work with the client's
-# (8 partitions on 3 masters, 32 in flight: 51,500 -> 55,800 events/s). One under
-# durability, where each call waits for its own confirmation from the replicas (two lanes:
-# 28,000 -> 24,000 events/s).
+# One where a second lane costs more than it overlaps. A partitioned type's batch is already
+# a call per partition, sent to a cluster's nodes at once: two lanes halve those calls and
+# cost the client a quarter more CPU an event (8 partitions on 3 masters, 32 in flight, 14 ->
+# 17.4 µs), which gained 8 % over 20,000 events but lost 20 % over the 3,000 of the cluster
+# benchmark, where the producer shares two cores with a starting worker. Under durability
+# each call waits for its own confirmation from the replicas (two lanes: 28,000 -> 24,000
+# events/s).
 LANES = 2
 
 
@@ -91,11 +93,15 @@ class Producer:
             coalescer = self._coalescers[mode] = Coalescer(
                 [
                     functools.partial(self._write_coalesced, layout, mode, lane)
-                    for lane in range(LANES if self._config.durability is None else 1)
+                    for lane in range(self._lanes_for(layout))
                 ],
                 CHUNK_SIZE,
             )
         return layout.event_type, await coalescer.submit(item)
+
+    def _lanes_for(self, layout: QueueLayout) -> int:
+        one_call_a_batch = layout.partitions == 1 and self._config.durability is None
+        return LANES if one_call_a_batch else 1
 
     async def _write_coalesced(
         self, layout: QueueLayout, mode: _WriteMode, lane: int, items: list[EnqueueItem]
