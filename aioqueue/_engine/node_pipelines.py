@@ -42,14 +42,10 @@ async def run_on_nodes(batches: Sequence[NodeCommands], *, blocking: float = 0.0
     """
     taken: list[tuple[ClusterNode, Connection]] = []
     try:
-        for batch in batches:
-            node = batch.node
-            connection = node.acquire_connection()
-            taken.append((node, connection))
-            await node.disconnect_if_needed(connection)  # marked for it by a topology change
-            packed = connection.pack_commands(command.args for command in batch.commands)
-            await connection.send_packed_command(packed)
-        await within_reply_timeout(_read_replies(batches, taken), blocking=blocking)
+        # The sends too are under the deadline: a service's connections have no socket
+        # timeout of their own (see client.py), and a write to a node that stopped reading
+        # would otherwise wait forever.
+        await within_reply_timeout(_exchange(batches, taken), blocking=blocking)
     except BaseException:
         # Shielded: the connections must not go back to the pool holding unread replies,
         # even when a cancellation is what ended the round trip.
@@ -62,9 +58,18 @@ async def run_on_nodes(batches: Sequence[NodeCommands], *, blocking: float = 0.0
             node.release(connection)
 
 
-async def _read_replies(
-    batches: Sequence[NodeCommands], taken: Sequence[tuple[ClusterNode, Connection]]
+async def _exchange(
+    batches: Sequence[NodeCommands], taken: list[tuple[ClusterNode, Connection]]
 ) -> None:
+    """Writes every batch on a connection of its node (noted in `taken` as soon as it is
+    taken, for the caller to give back), then reads the replies, node after node."""
+    for batch in batches:
+        node = batch.node
+        connection = node.acquire_connection()
+        taken.append((node, connection))
+        await node.disconnect_if_needed(connection)  # marked for it by a topology change
+        packed = connection.pack_commands(command.args for command in batch.commands)
+        await connection.send_packed_command(packed)
     for batch, (node, connection) in zip(batches, taken, strict=True):
         for command in batch.commands:
             try:
