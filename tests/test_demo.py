@@ -51,8 +51,9 @@ async def test_demo_on_a_given_server_uses_a_prefix_of_its_own_and_removes_it(
     assert await redis_client.keys("*") == [b"aioqueue:users-own-key"]
 
 
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 async def test_an_interrupted_demo_removes_its_keys_too(
-    redis_url: str, redis_client: redis.Redis
+    redis_url: str, redis_client: redis.Redis, stop: signal.Signals
 ) -> None:
     demo = await anyio.open_process(
         [sys.executable, "-m", "aioqueue", "demo", "--url", redis_url,
@@ -60,6 +61,7 @@ async def test_an_interrupted_demo_removes_its_keys_too(
     )  # fmt: skip
     async with demo:
         assert demo.stdout is not None
+        assert demo.stderr is not None
         seen = b""
         with anyio.fail_after(30):
             async for chunk in demo.stdout:
@@ -71,11 +73,15 @@ async def test_an_interrupted_demo_removes_its_keys_too(
             return bool(await redis_client.dbsize())
 
         await wait_until(scheduling)
-        demo.send_signal(signal.SIGINT)
-        with anyio.fail_after(30):
+        demo.send_signal(stop)
+        with anyio.move_on_after(30) as waiting:
             async for chunk in demo.stdout:
                 seen += chunk
             await demo.wait()
-    assert demo.returncode == 130, seen
+        if waiting.cancelled_caught:
+            demo.kill()
+            errors = b"".join([chunk async for chunk in demo.stderr])
+            pytest.fail(f"the demo still ran 30 s after {stop.name}: {seen!r} {errors!r}")
+    assert demo.returncode == 128 + stop, seen
     assert b"removed the demo's" in seen, seen
     assert await redis_client.dbsize() == 0

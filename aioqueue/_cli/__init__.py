@@ -19,11 +19,13 @@ from redis.exceptions import RedisError
 from aioqueue import __version__
 from aioqueue._cli._common import (
     CONNECTION_ERRORS,
+    INTERRUPTED,
     CommandError,
     Commands,
     add_connection_options,
     display_url,
     resolve_connection_options,
+    until_stop_signal,
 )
 from aioqueue._cli._dead_cmd import add_cancel_command, add_dead_command
 from aioqueue._cli._events_cmd import add_events_command
@@ -91,7 +93,9 @@ async def _run_demo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     from aioqueue._cli._demo import run_demo
 
-    return await run_demo(events=args.events, spread=args.spread, url=args.url)
+    return await until_stop_signal(
+        lambda: run_demo(events=args.events, spread=args.spread, url=args.url)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -104,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop = args.event_loop(args) if hasattr(args, "event_loop") else "asyncio"
         code: int = anyio.run(args.run, args, backend_options={"use_uvloop": loop == "uvloop"})
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     except BaseException as error:
         reported = _reported_error(error)
         if reported is None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TextIO, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import orjson
+from anyio.abc import TaskStatus
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -23,6 +25,7 @@ __all__ = [
     "CONNECTION_ERRORS",
     "DEFAULT_PREFIX",
     "DEFAULT_URL",
+    "INTERRUPTED",
     "CommandError",
     "Commands",
     "add_connection_options",
@@ -33,10 +36,13 @@ __all__ = [
     "print_json",
     "print_table",
     "resolve_connection_options",
+    "until_stop_signal",
 ]
 
 DEFAULT_URL = "redis://localhost:6379"
 DEFAULT_PREFIX = "aioqueue"
+# The exit code of a command stopped by Ctrl-C, as a shell reports one killed by SIGINT.
+INTERRUPTED = 128 + signal.SIGINT
 # How long a command waits for a server's first answer before it says it cannot reach it.
 REACH_TIMEOUT = 5.0
 # What a server that is down, unreachable or refusing connections raises. RedisCluster
@@ -179,3 +185,33 @@ def confirm(question: str, *, assume_yes: bool) -> bool:
     # The question goes to stderr so that stdout stays clean for --json.
     print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
     return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+async def until_stop_signal(command: Callable[[], Awaitable[int]]) -> int:
+    """Runs `command` and returns its exit code, or 128 + the signal's number once SIGINT or
+    SIGTERM has cancelled it (130 for Ctrl-C, as a shell shows a command it killed); a second
+    signal gets the default handling (Ctrl-C raises KeyboardInterrupt).
+
+    The signal cancels a cancel scope around the command instead of leaving Ctrl-C to
+    asyncio, which cancels the main task once: a single cancellation is delivered to one
+    await and is gone, while a cancelled scope cancels every await inside it until it
+    exits, so nothing can carry on past it (a demo in the suite once ran on for 30 s
+    after its SIGINT). Shielded clean-ups inside, such as the demo's key removal, still run.
+    """
+    received: list[int] = []
+    code = INTERRUPTED
+    async with anyio.create_task_group() as group:
+
+        async def cancel_on_signal(*, task_status: TaskStatus[None]) -> None:
+            # Closed after the first signal, so that the next one gets the default handling.
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                task_status.started()
+                async for signum in signals:
+                    received.append(signum)
+                    break
+            group.cancel_scope.cancel()
+
+        await group.start(cancel_on_signal)
+        code = await command()
+        group.cancel_scope.cancel()
+    return 128 + received[0] if received else code
