@@ -86,9 +86,12 @@ METRICS = (
     Metric("idle", "commands_per_s",
            "idle: commands the server executes per second for it, those run by scripts included",
            "executed", "commands/s", False, 1),
+    Metric("cluster", "first_enqueue_ms",
+           "cluster: the first enqueue alone (connections, the type's records, on a cluster "
+           "redis-py's command table)", "first", "ms", False, 1, compare=False),
     Metric("cluster", "enqueue_per_s",
-           "cluster: enqueue rate, {cluster_events:,} events, 32 calls in flight, worker running",
-           "enqueue", "events/s", True, 0, compare=False),
+           "cluster: enqueue rate of the other events of {cluster_events:,}, 32 calls in "
+           "flight, worker running", "enqueue", "events/s", True, 0, compare=False),
     Metric("cluster", "p50_ms",
            "cluster: lateness p50 (server clock), events due once the enqueueing is over",
            "p50", "ms", False, 1, compare=False),
