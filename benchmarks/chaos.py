@@ -3,6 +3,7 @@
     python benchmarks/chaos.py              # 50,000 events over 30 s, 4 workers, AOF on
     python benchmarks/chaos.py --no-aof     # the same without AOF: what a restart loses
     python benchmarks/chaos.py --no-faults  # the same load without faults: the baseline
+    python benchmarks/chaos.py --cluster --partitions 4   # on a 3-master cluster
 
 One embedded server (AOF on, `appendfsync everysec`), N worker processes (this script with
 `worker`) that reach it through aioqueue.testing.CuttingProxy, and one producer that
@@ -11,6 +12,10 @@ schedules every event before the window opens. While events come due the driver
 - SIGKILLs a random worker every few seconds and starts a new one in its place,
 - cuts random proxied connections (a TCP reset on both sides) several times a second,
 - SIGKILLs the server once, in the middle of the window, and starts it again on its data.
+
+With `--cluster` the same runs on a 3-master cluster: a cut closes one client connection
+of a random master, and the crash is one master's (chaos_topology.py). `--partitions N`
+spreads the main event type over N partitions, and so over the masters.
 
 Each worker appends one line per handler call (`id  due_ms  now_ms`) to a file of its own
 with a single write(2) on an O_APPEND descriptor, *before* the handler returns and the event
@@ -70,6 +75,7 @@ from chaos_report import (
     percentiles,
     print_report,
 )
+from chaos_topology import Cluster, SingleServer, Target
 from chaos_worker import (
     EVENT_TYPE,
     PREFIX,
@@ -80,8 +86,7 @@ from chaos_worker import (
 )
 
 from aioqueue import EventService
-from aioqueue._engine.keys import QueueKeys
-from aioqueue.testing import CuttingProxy, EmbeddedServer
+from aioqueue._engine.keys import QueueKeys, QueueLayout
 
 SCRIPT = Path(__file__).resolve()
 REPO_ROOT = SCRIPT.parent.parent
@@ -136,6 +141,8 @@ class WorkerPool:
                 str(self._args.parallelism),
                 "--rate-limit",
                 str(self._rate_limit),
+                "--partitions",
+                str(self._args.partitions),
                 # Odd slots run the handler as a plain function, in worker threads.
                 *(["--sync-handler"] if slot % 2 else []),
             ],
@@ -194,14 +201,21 @@ class WorkerPool:
 DueEvent = ChaosEvent | ChaosLimited | ChaosKeyed
 
 
-async def enqueue_all(url: str, events: Sequence[DueEvent]) -> tuple[int, float]:
+async def enqueue_all(url: str, events: Sequence[DueEvent], partitions: int) -> tuple[int, float]:
     """Schedules every event, bucket by bucket in due order; returns (scheduled, seconds)."""
     buckets: dict[int, list[DueEvent]] = {}
     for event in events:
         buckets.setdefault(event.due_ms, []).append(event)
     scheduled = 0
     limiter = anyio.CapacityLimiter(ENQUEUE_CALLS_IN_FLIGHT)
-    producer = EventService.builder().url(url).prefix(PREFIX).enable_scheduling(False).build()
+    producer = (
+        EventService.builder()
+        .url(url)
+        .prefix(PREFIX)
+        .partitions(ChaosEvent, partitions)
+        .enable_scheduling(False)
+        .build()
+    )
     started = time.monotonic()
 
     async def enqueue(due_ms: int, bucket: list[DueEvent]) -> None:
@@ -232,14 +246,14 @@ def plan_events(
 
 
 async def cut_connections(
-    proxy: CuttingProxy, args: argparse.Namespace, rng: random.Random, until: float
+    target: Target, args: argparse.Namespace, rng: random.Random, until: float
 ) -> None:
     low, high = args.cut_every
     for _ in range(math.ceil((until - time.monotonic()) / low) + 1):
         await anyio.sleep(rng.uniform(low, high))
         if time.monotonic() >= until:
             return
-        proxy.cut(1, rng=rng)
+        await target.cut(rng)
 
 
 async def kill_workers(
@@ -257,28 +271,27 @@ async def kill_workers(
         await pool.kill_and_replace(rng.randrange(args.workers), task_group)
 
 
-async def restart_server(server: EmbeddedServer, chaos: Chaos, at: float, how: str) -> None:
+async def restart_server(
+    target: Target, chaos: Chaos, at: float, how: str, rng: random.Random
+) -> None:
     await anyio.sleep(max(0.0, at - time.monotonic()))
     chaos.server_restart_at_ms = time.time() * 1000
     started = time.monotonic()
-    # Blocking calls (process wait, AOF replay), in a thread so the proxy keeps running.
-    if how == "kill":
-        await anyio.to_thread.run_sync(server.kill)
-        await anyio.to_thread.run_sync(server.start)
-    else:
-        await anyio.to_thread.run_sync(server.restart)
+    await target.crash_and_restart(how, rng)
     chaos.server_down_seconds = time.monotonic() - started
     chaos.server_restarts += 1
 
 
-async def wait_drained(client: redis.Redis, keys: Sequence[QueueKeys], within: float) -> bool:
+async def wait_drained(
+    client: redis.Redis | redis.RedisCluster, keys: Sequence[QueueKeys], within: float
+) -> bool:
     """Waits until nothing is pending (all acknowledged or dead); False after `within` s."""
     with anyio.move_on_after(within):
         while True:
             try:
                 if sum([await client.hlen(queue.events) for queue in keys]) == 0:
                     return True
-            except (redis.ConnectionError, OSError):
+            except (redis.RedisError, OSError):
                 pass
             # Another process's progress offers nothing to await: poll at a short interval.
             await anyio.sleep(0.2)
@@ -302,70 +315,68 @@ def read_deliveries(logs: Path) -> tuple[list[tuple[str, int, float]], int]:
 async def drive(args: argparse.Namespace) -> Report:
     rng = random.Random(args.seed)
     chaos = Chaos()
-    keys = QueueKeys.for_type(PREFIX, EVENT_TYPE)
+    main_keys = QueueLayout(PREFIX, EVENT_TYPE, args.partitions).all_keys
     flow_keys = [QueueKeys.for_type(PREFIX, cls.__name__) for cls in (ChaosLimited, ChaosKeyed)]
     run_started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aioqueue-chaos-") as scratch:
         scratch_dir = Path(scratch)
         logs = scratch_dir / "logs"
         logs.mkdir()
-        server = EmbeddedServer(directory=scratch_dir / "server", appendonly=args.aof)
-        server.start()
-        try:
-            async with redis.Redis.from_url(server.url, decode_responses=True) as observer:
-                appendfsync = (await observer.config_get("appendfsync"))["appendfsync"]
-                assert appendfsync == "everysec", appendfsync
-                async with CuttingProxy(server.port) as proxy, anyio.create_task_group() as tg:
-                    proxy_url = f"redis://127.0.0.1:{proxy.port}"
-                    rate_limit = rate_limit_for(args.events // 20, args.window)
-                    pool = WorkerPool(args, proxy_url, logs, chaos, rate_limit)
-                    for slot in range(args.workers):
-                        await pool.start(slot, tg)
-                    await pool.wait_all_ready(WORKER_READY_TIMEOUT)
+        topology = Cluster if args.cluster else SingleServer
+        async with (
+            topology(scratch_dir, aof=args.aof) as target,
+            target.observer() as observer,
+            anyio.create_task_group() as tg,
+        ):
+            rate_limit = rate_limit_for(args.events // 20, args.window)
+            pool = WorkerPool(args, target.worker_url, logs, chaos, rate_limit)
+            for slot in range(args.workers):
+                await pool.start(slot, tg)
+            await pool.wait_all_ready(WORKER_READY_TIMEOUT)
 
-                    first_due_ms = int(time.time() * 1000 + args.lead * 1000)
-                    window_ms = int(args.window * 1000)
-                    events = plan_events(args.events, first_due_ms, window_ms, rng)
-                    limited, keyed = plan_flow_events(args.events, first_due_ms, window_ms, rng)
-                    poisoned = {event.id for event in events if event.poison}
-                    # Written directly, not through the proxy: the producer is the harness.
-                    scheduled, enqueue_seconds = await enqueue_all(server.url, events)
-                    await enqueue_all(server.url, [*limited, *keyed])
-                    log(args, f"scheduled {scheduled} events in {enqueue_seconds:.1f} s")
+            first_due_ms = int(time.time() * 1000 + args.lead * 1000)
+            window_ms = int(args.window * 1000)
+            events = plan_events(args.events, first_due_ms, window_ms, rng)
+            limited, keyed = plan_flow_events(args.events, first_due_ms, window_ms, rng)
+            poisoned = {event.id for event in events if event.poison}
+            scheduled, enqueue_seconds = await enqueue_all(
+                target.producer_url, events, args.partitions
+            )
+            await enqueue_all(target.producer_url, [*limited, *keyed], args.partitions)
+            log(args, f"scheduled {scheduled} events in {enqueue_seconds:.1f} s on {target.name}")
 
-                    window_opens = time.monotonic() + (first_due_ms / 1000 - time.time())
-                    chaos_until = window_opens + args.window + 1.0
-                    async with anyio.create_task_group() as chaos_tasks:
-                        if args.faults:
-                            chaos_tasks.start_soon(cut_connections, proxy, args, rng, chaos_until)
-                            chaos_tasks.start_soon(kill_workers, pool, args, rng, chaos_until, tg)
-                            chaos_tasks.start_soon(
-                                restart_server,
-                                server,
-                                chaos,
-                                window_opens + args.window / 2,
-                                args.server_stop,
-                            )
-                        else:
-                            # The baseline: same load and topology, no faults.
-                            await anyio.sleep(max(0.0, chaos_until - time.monotonic()))
-                    log(args, "chaos over; waiting for the queue to drain")
-                    drained = await wait_drained(observer, [keys, *flow_keys], args.drain_timeout)
-                    pending_ids = set(await observer.hkeys(keys.events))
-                    dead_ids = set(await observer.hkeys(keys.dead_letters))
-                    # Dead or pending at the end is not lost (the main report's rule).
-                    flow_pending: set[str] = set()
-                    for queue in flow_keys:
-                        flow_pending.update(map(str, await observer.hkeys(queue.events)))
-                        flow_pending.update(map(str, await observer.hkeys(queue.dead_letters)))
-                    await pool.stop_all()
-                    stats = proxy.statistics()
-                    chaos.connections_cut = stats.cut
-                    chaos.connections_accepted = stats.accepted
-                    chaos.upstream_refused = stats.upstream_refused
-                    tg.cancel_scope.cancel()
-        finally:
-            server.stop()
+            window_opens = time.monotonic() + (first_due_ms / 1000 - time.time())
+            chaos_until = window_opens + args.window + 1.0
+            async with anyio.create_task_group() as chaos_tasks:
+                if args.faults:
+                    chaos_tasks.start_soon(cut_connections, target, args, rng, chaos_until)
+                    chaos_tasks.start_soon(kill_workers, pool, args, rng, chaos_until, tg)
+                    chaos_tasks.start_soon(
+                        restart_server,
+                        target,
+                        chaos,
+                        window_opens + args.window / 2,
+                        args.server_stop,
+                        rng,
+                    )
+                else:
+                    # The baseline: same load and topology, no faults.
+                    await anyio.sleep(max(0.0, chaos_until - time.monotonic()))
+            log(args, "chaos over; waiting for the queue to drain")
+            drained = await wait_drained(observer, [*main_keys, *flow_keys], args.drain_timeout)
+            pending_ids: set[str] = set()
+            dead_ids: set[str] = set()
+            for queue in main_keys:
+                pending_ids.update(map(str, await observer.hkeys(queue.events)))
+                dead_ids.update(map(str, await observer.hkeys(queue.dead_letters)))
+            # Dead or pending at the end is not lost (the main report's rule).
+            flow_pending: set[str] = set()
+            for queue in flow_keys:
+                flow_pending.update(map(str, await observer.hkeys(queue.events)))
+                flow_pending.update(map(str, await observer.hkeys(queue.dead_letters)))
+            await pool.stop_all()
+            target.count_cuts(chaos)
+            tg.cancel_scope.cancel()
         calls, torn = read_deliveries(logs)
         flow = analyse_flow(
             logs,
@@ -403,6 +414,8 @@ async def drive(args: argparse.Namespace) -> Report:
     )
     lateness = list(first.values())
     return Report(
+        topology=topology.name,
+        partitions=args.partitions,
         aof=args.aof,
         faults=args.faults,
         events=args.events,
@@ -470,6 +483,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         worker.add_argument("--parallelism", type=int, required=True)
         worker.add_argument("--sync-handler", action="store_true")
         worker.add_argument("--rate-limit", type=int, required=True)
+        worker.add_argument("--partitions", type=int, required=True)
         namespace = worker.parse_args(argv[1:])
         namespace.command = "worker"
         return namespace
@@ -482,6 +496,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--parallelism", type=int, default=16, help="handler slots per worker")
     parser.add_argument("--lead", type=float, default=3.0, help="seconds before the first due")
     parser.add_argument("--no-aof", dest="aof", action="store_false", help="server without AOF")
+    parser.add_argument("--cluster", action="store_true", help="on a 3-master cluster")
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="partitions of the main event type"
+    )
     parser.add_argument(
         "--no-faults",
         dest="faults",

@@ -31,6 +31,10 @@ class Chaos:
 
 @dataclass
 class Report:
+    topology: str
+    """"single server", or "3-master cluster" (see chaos_topology.py)."""
+    partitions: int
+    """Partitions of the main event type."""
     aof: bool
     faults: bool
     events: int
@@ -111,14 +115,24 @@ def print_report(report: Report) -> None:
     mode = "AOF on (appendfsync everysec)" if report.aof else "AOF off"
     if not report.faults:
         mode += ", NO FAULTS (baseline)"
+    where = report.topology
+    if report.partitions > 1:
+        where += f", the main type in {report.partitions} partitions"
     print(
-        f"chaos run: {report.events:,} events due over {report.window_seconds:g} s, "
-        f"{report.workers} workers, {mode}, seed {report.seed}"
+        f"chaos run on a {where}: {report.events:,} events due over "
+        f"{report.window_seconds:g} s, {report.workers} workers, {mode}, seed {report.seed}"
     )
+    single = report.topology == "single server"
+    cuts = (
+        f"{chaos.connections_cut} proxied connections reset of {chaos.connections_accepted}"
+        if single
+        else f"{chaos.connections_cut} client connections closed by the nodes"
+    )
+    crashed = "server" if single else "master"
     print(
         f"  chaos:       {chaos.worker_kills} worker SIGKILLs ({chaos.worker_starts} starts), "
-        f"{chaos.connections_cut} connections cut of {chaos.connections_accepted}, "
-        f"{chaos.server_restarts} server SIGKILL+restart ({chaos.server_down_seconds:.2f} s down)"
+        f"{cuts}, {chaos.server_restarts} {crashed} crash+restart "
+        f"({chaos.server_down_seconds:.2f} s down)"
     )
     print(f"  scheduled:   {report.scheduled:,} ({report.poisoned} poisoned)")
     print(

@@ -86,6 +86,7 @@ async def run_worker(args: argparse.Namespace) -> None:
         .retry_attempts(args.retry_attempts)
         .retry_policy(FixedDelays([0.2]))
         .shutdown_grace(2.0)
+        .partitions(ChaosEvent, args.partitions)
     )
     service = with_rate_limit(builder, args.rate_limit).build()
     flow_log = os.open(

@@ -1,7 +1,9 @@
 """The chaos run of benchmarks/chaos.py at CI size: nothing is lost through worker SIGKILLs,
 cut connections and a server SIGKILL with AOF on, with sync handlers on half the workers and
 a recurring schedule that misses no tick, and rate-limit and serial-key types that keep their
-promises through it all."""
+promises through it all; on one server, and on a 3-master cluster with the main type in 4
+partitions (a cut there closes a connection at a node, between two of its commands; the
+crash is one master's)."""
 
 from __future__ import annotations
 
@@ -22,11 +24,18 @@ WORKERS = 2
 
 
 @pytest.mark.timeout(120)
-def test_a_small_chaos_run_with_aof_loses_nothing(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    "topology",
+    [[], ["--cluster", "--partitions", "4"]],
+    ids=["single-server", "cluster-partitioned"],
+)
+def test_a_small_chaos_run_with_aof_loses_nothing(
+    tmp_path: pathlib.Path, topology: list[str]
+) -> None:
     """3,000 events due over 8 s, 2 workers killed with SIGKILL every 1.5-3 s and restarted,
-    proxied connections cut every 0.1-0.4 s, and the server SIGKILLed and restarted on its
-    AOF halfway: every healthy event must reach a handler, every poisoned one the dead
-    letters, and nothing may be invented or left pending."""
+    connections cut every 0.1-0.4 s, and the server (on a cluster one master) SIGKILLed and
+    restarted on its AOF halfway: every healthy event must reach a handler, every poisoned
+    one the dead letters, and nothing may be invented or left pending."""
     report_path = tmp_path / "chaos.json"
     result = subprocess.run(
         [
@@ -42,6 +51,7 @@ def test_a_small_chaos_run_with_aof_loses_nothing(tmp_path: pathlib.Path) -> Non
             "--drain-timeout", "30",
             "--quiet",
             "--json", str(report_path),
+            *topology,
         ],
         cwd=REPO_ROOT,
         capture_output=True,
