@@ -75,7 +75,7 @@ from chaos_report import (
     percentiles,
     print_report,
 )
-from chaos_topology import Cluster, SingleServer, Target
+from chaos_topology import Target, cluster, single_server
 from chaos_worker import (
     EVENT_TYPE,
     PREFIX,
@@ -322,9 +322,13 @@ async def drive(args: argparse.Namespace) -> Report:
         scratch_dir = Path(scratch)
         logs = scratch_dir / "logs"
         logs.mkdir()
-        topology = Cluster if args.cluster else SingleServer
+        topology = (
+            cluster(aof=args.aof)
+            if args.cluster
+            else single_server(scratch_dir / "server", aof=args.aof)
+        )
         async with (
-            topology(scratch_dir, aof=args.aof) as target,
+            topology as target,
             target.observer() as observer,
             anyio.create_task_group() as tg,
         ):
@@ -414,7 +418,7 @@ async def drive(args: argparse.Namespace) -> Report:
     )
     lateness = list(first.values())
     return Report(
-        topology=topology.name,
+        topology=target.name,
         partitions=args.partitions,
         aof=args.aof,
         faults=args.faults,

@@ -11,6 +11,10 @@ from chaos_flow import (
     FlowReport,
 )
 
+# Report.topology: where the run's queues lived (chaos_topology.py).
+SINGLE_SERVER = "single server"
+CLUSTER = "3-master cluster"
+
 
 @dataclass
 class Chaos:
@@ -32,7 +36,7 @@ class Chaos:
 @dataclass
 class Report:
     topology: str
-    """"single server", or "3-master cluster" (see chaos_topology.py)."""
+    """SINGLE_SERVER or CLUSTER."""
     partitions: int
     """Partitions of the main event type."""
     aof: bool
@@ -122,7 +126,7 @@ def print_report(report: Report) -> None:
         f"chaos run on a {where}: {report.events:,} events due over "
         f"{report.window_seconds:g} s, {report.workers} workers, {mode}, seed {report.seed}"
     )
-    single = report.topology == "single server"
+    single = report.topology == SINGLE_SERVER
     cuts = (
         f"{chaos.connections_cut} proxied connections reset of {chaos.connections_accepted}"
         if single

@@ -15,53 +15,58 @@
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from types import TracebackType
 
 import anyio
 import redis.asyncio as redis
-from chaos_report import Chaos
+from chaos_report import CLUSTER, SINGLE_SERVER, Chaos
 
 from aioqueue.testing import CuttingProxy, EmbeddedCluster, EmbeddedServer
 
-__all__ = ["Cluster", "SingleServer", "Target"]
+__all__ = ["Cluster", "SingleServer", "Target", "cluster", "single_server"]
 
 MASTERS = 3
 
 
+@asynccontextmanager
+async def single_server(directory: Path, *, aof: bool) -> AsyncIterator[SingleServer]:
+    """One server (AOF as asked, `appendfsync everysec`) in `directory`, behind a cutting
+    proxy; both stopped on exit."""
+    server = EmbeddedServer(directory=directory, appendonly=aof)
+    server.start()
+    try:
+        async with CuttingProxy(server.port) as proxy:
+            yield SingleServer(server, proxy)
+    finally:
+        server.stop()
+
+
+@asynccontextmanager
+async def cluster(*, aof: bool) -> AsyncIterator[Cluster]:
+    """An embedded cluster of 3 masters without replicas (AOF as asked, `appendfsync
+    everysec`; each node keeps its directory across its restarts), stopped on exit."""
+    nodes = EmbeddedCluster(masters=MASTERS, extra_args=["--appendonly", "yes" if aof else "no"])
+    # About 2 s (a fresh master's writable delay): in a thread, as is stopping.
+    await anyio.to_thread.run_sync(nodes.start)
+    try:
+        yield Cluster(nodes)
+    finally:
+        await anyio.to_thread.run_sync(nodes.stop)
+
+
 class SingleServer:
-    """One server (AOF as asked, `appendfsync everysec`) behind a cutting proxy."""
+    """Workers reach the server through the proxy; the producer and the observer directly."""
 
-    name = "single server"
+    name = SINGLE_SERVER
 
-    def __init__(self, directory: Path, *, aof: bool) -> None:
-        self._server = EmbeddedServer(directory=directory / "server", appendonly=aof)
-        self._proxy: CuttingProxy | None = None
-
-    async def __aenter__(self) -> SingleServer:
-        self._server.start()
-        try:
-            self._proxy = await CuttingProxy(self._server.port).__aenter__()
-        except BaseException:
-            self._server.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        try:
-            if self._proxy is not None:
-                await self._proxy.__aexit__(exc_type, exc, traceback)
-        finally:
-            self._server.stop()
+    def __init__(self, server: EmbeddedServer, proxy: CuttingProxy) -> None:
+        self._server = server
+        self._proxy = proxy
 
     @property
     def worker_url(self) -> str:
-        assert self._proxy is not None
         return f"redis://127.0.0.1:{self._proxy.port}"
 
     @property
@@ -73,7 +78,6 @@ class SingleServer:
         return redis.Redis.from_url(self._server.url, decode_responses=True)
 
     async def cut(self, rng: random.Random) -> None:
-        assert self._proxy is not None
         self._proxy.cut(1, rng=rng)
 
     async def crash_and_restart(self, how: str, rng: random.Random) -> None:
@@ -85,7 +89,6 @@ class SingleServer:
             await anyio.to_thread.run_sync(self._server.restart)
 
     def count_cuts(self, chaos: Chaos) -> None:
-        assert self._proxy is not None
         stats = self._proxy.statistics()
         chaos.connections_cut = stats.cut
         chaos.connections_accepted = stats.accepted
@@ -93,46 +96,29 @@ class SingleServer:
 
 
 class Cluster:
-    """An embedded cluster of 3 masters without replicas (AOF as asked, `appendfsync
-    everysec`), reached directly."""
+    """Everyone reaches the nodes directly."""
 
-    name = "3-master cluster"
+    name = CLUSTER
 
-    def __init__(self, directory: Path, *, aof: bool) -> None:
-        del directory  # each node owns a temporary directory, kept across its restarts
-        self._cluster = EmbeddedCluster(
-            masters=MASTERS, extra_args=["--appendonly", "yes" if aof else "no"]
-        )
+    def __init__(self, nodes: EmbeddedCluster) -> None:
+        self._nodes = nodes
         self._cuts = 0
-
-    async def __aenter__(self) -> Cluster:
-        # About 2 s (a fresh master's writable delay): in a thread.
-        await anyio.to_thread.run_sync(self._cluster.start)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await anyio.to_thread.run_sync(self._cluster.stop)
 
     @property
     def worker_url(self) -> str:
-        return self._cluster.url
+        return self._nodes.url
 
     @property
     def producer_url(self) -> str:
-        return self._cluster.url
+        return self._nodes.url
 
     def observer(self) -> redis.RedisCluster:
-        host, port = self._cluster.startup_nodes[0]
+        host, port = self._nodes.startup_nodes[0]
         return redis.RedisCluster(host=host, port=port, decode_responses=True)
 
     async def cut(self, rng: random.Random) -> None:
         """Closes one random client connection of one random live master."""
-        node = rng.choice(self._cluster.live_nodes)
+        node = rng.choice(self._nodes.live_nodes)
         try:
             async with redis.Redis.from_url(node.url, decode_responses=True) as admin:
                 own = await admin.client_id()
@@ -145,15 +131,15 @@ class Cluster:
             pass  # the node is down (the crash): nothing to cut there
 
     async def crash_and_restart(self, how: str, rng: random.Random) -> None:
-        node = rng.choice(self._cluster.live_nodes)
+        node = rng.choice(self._nodes.live_nodes)
         if how == "kill":
-            await anyio.to_thread.run_sync(self._cluster.kill, node)
-            await anyio.to_thread.run_sync(self._cluster.restart, node)
+            await anyio.to_thread.run_sync(self._nodes.kill, node)
+            await anyio.to_thread.run_sync(self._nodes.restart, node)
         else:
             await anyio.to_thread.run_sync(node.restart)
         # Down until every node sees the cluster whole again (the restarted master answers
         # CLUSTERDOWN for its first 2 s).
-        await anyio.to_thread.run_sync(self._cluster.wait_until_ok)
+        await anyio.to_thread.run_sync(self._nodes.wait_until_ok)
 
     def count_cuts(self, chaos: Chaos) -> None:
         chaos.connections_cut = self._cuts
