@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import anyio
-from redis.asyncio.cluster import ClusterNode, PipelineCommand
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.asyncio.connection import Connection
 from redis.exceptions import ResponseError
 
@@ -32,10 +32,13 @@ class NodeCommands:
     commands: Sequence[PipelineCommand]
 
 
-async def run_on_nodes(batches: Sequence[NodeCommands], *, blocking: float = 0.0) -> None:
-    """Sends every batch's commands, each batch on a connection of its node, before reading
-    any reply, and sets each command's `result` to its reply, or to the ResponseError of a
-    refusal (MOVED included). The replies have REPLY_TIMEOUT, plus `blocking` (a WAIT's).
+async def run_on_nodes(
+    client: RedisCluster, batches: Sequence[NodeCommands], *, blocking: float = 0.0
+) -> None:
+    """Sends every batch's commands, each batch on a connection of its node (a node of
+    `client`'s), before reading any reply, and sets each command's `result` to its reply, or
+    to the ResponseError of a refusal (MOVED included). The replies have REPLY_TIMEOUT, plus
+    `blocking` (a WAIT's).
 
     Anything else (a lost connection, the deadline, a cancellation) disconnects every
     connection used, since each may hold replies not read yet, and is raised.
@@ -55,6 +58,11 @@ async def run_on_nodes(batches: Sequence[NodeCommands], *, blocking: float = 0.0
         raise
     finally:
         for node, connection in taken:
+            if client.nodes_manager.nodes_cache.get(node.name) is not node:
+                # A slot-map refresh dropped the node during the round trip (after a
+                # failover, a node that answered without it), and closing the client closes
+                # only the nodes it knows: given back marked, the connection is closed.
+                connection.mark_for_reconnect()  # type: ignore[no-untyped-call]
             node.release(connection)
 
 

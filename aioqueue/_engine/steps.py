@@ -102,7 +102,6 @@ async def run_steps(client: RedisClient, steps: Steps[R], held: HeldConnection |
     """Runs `steps` on an asyncio client; each reply has REPLY_TIMEOUT (see client.py). With
     `held` (a connection of this client's that the caller keeps), single commands go out on
     that connection; pipelines still take the client's."""
-    await ensure_slot_map(client)
     reply: Any = None
     refusal: ResponseError | None = None
     try:
@@ -119,6 +118,7 @@ async def run_steps(client: RedisClient, steps: Steps[R], held: HeldConnection |
                 elif held is not None and held.holds_a_connection:
                     reply = await held.execute(*step)
                 else:
+                    await ensure_slot_map(client)  # the node is picked from the current map
                     call = client.execute_command(*step, **_routing(client, step))
                     reply = await within_reply_timeout(call)
             except ResponseError as exc:
@@ -165,6 +165,7 @@ async def _pipeline(client: RedisClient, step: Pipeline) -> Any:
 
 
 async def _cluster_pipeline(client: RedisCluster, step: Pipeline) -> Any:
+    await ensure_slot_map(client)  # the nodes are picked from the current map
     commands = step.commands
     confirm = step.confirm.commands if step.confirm else ()
     replies: list[Any] = [None] * len(commands)
@@ -178,6 +179,7 @@ async def _cluster_pipeline(client: RedisCluster, step: Pipeline) -> Any:
     confirming = {node: [PipelineCommand(-1, *command) for command in confirm] for node in by_node}
     # The node's confirmation follows its calls on the same connection.
     await run_on_nodes(
+        client,
         [NodeCommands(node, [*calls, *confirming[node]]) for node, calls in by_node.items()],
         blocking=_blocking(step),
     )
@@ -215,7 +217,11 @@ def _routing(client: object, command: Command) -> dict[str, Any]:
     (COMMAND GETKEYS, with every argument of the call) before each one: a second round trip
     per call, which on a cluster doubled the cost of every claim and dispatch. A call that
     meets a moved slot is still redirected by redis-py; one whose slot no node serves yet,
-    and anything that is not a script call, is routed by redis-py as usual."""
+    and anything that is not a script call, is routed by redis-py as usual.
+
+    Take it right after `ensure_slot_map`, with nothing awaited before the call: a slot map
+    refreshed in between (after another call's connection error) may have dropped the node,
+    and a connection opened on a dropped node is one the client never closes."""
     if not isinstance(client, (RedisCluster, SyncRedisCluster)):
         return {}
     name = command[0]
