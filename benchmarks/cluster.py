@@ -8,16 +8,24 @@ One run: a worker process (a second copy of this script, `cluster.py worker`) is
 handles one warm-up event of its own and says it is ready; then this process, a
 producer-only service, enqueues `events` `Tick` events with 32 calls in flight, each at its
 own due time in [start + LEAD, start + LEAD + SPREAD) (uniform, seed 42), and waits for the
-worker to handle them all. LEAD is long enough that the enqueueing is over before the first
+worker to handle them all; that is one round, and a run makes ROUNDS of them on the same
+servers and processes. LEAD is long enough that the enqueueing is over before the first
 event is due, so the events are delivered with the producer idle; the result says whether it
-was (`enqueued_before_due`).
+was (`enqueued_before_due`, every round).
+
+3,000 events take 40 to 70 ms to enqueue, and rates over so short a window moved by a
+quarter from one run to the next on this machine (a single round per run, medians of three
+runs: the cluster at 77 and 79.5 % of one server in two full runs, 97 % in six alternating
+pairs outside them). A run's rate is therefore the median of its rounds' (`round_rates`),
+and its lateness that of every round's events together.
 
 Variants: `single` runs on the server the driver gives (`--url`); `cluster` starts an
 `aioqueue.testing.EmbeddedCluster` of 3 masters for the run (about 2 s, outside every clock)
 and `cluster-partitioned` the same with `.partitions(Tick, 8)` on both services. Figures:
 the first enqueue's milliseconds, timed alone since it pays the process's one-time costs
 (connections, the type's registry and schema records, on a cluster redis-py's command
-table); the enqueue rate of the other events, 32 calls in flight; and lateness
+table); the enqueue rate of the other events, 32 calls in flight (median of the rounds);
+and lateness
 p50/p99/max from the worker's `Metrics` (server clock). The
 targets (issue 27) compare the cluster rows with the single-server row of the same repeat's
 table. Runs in .venv-aioqueue; prints one JSON line after RESULT_MARKER, as the other scenario
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -66,6 +75,9 @@ MASTERS = 3
 LEAD = 2.0
 SPREAD = 1.0
 SEED = 42
+ROUNDS = 5
+# What the worker prints when it has handled every event of a round, then the round's number.
+ROUND_DONE = "round-done"
 # The index of the worker's warm-up event, which no producer enqueues.
 WARM_UP = -1
 
@@ -115,12 +127,18 @@ class AfterWarmUp(RecorderMetrics):
 
 
 async def run_worker(url: str, variant: str, events: int, timeout: float) -> JsonDict:
-    """The child: handles `events` Ticks with CONCURRENCY handler slots; their lateness."""
-    recorder = Recorder(events)
+    """The child: handles ROUNDS x `events` Ticks with CONCURRENCY handler slots, says when
+    each round's are all handled; their lateness."""
+    recorder = Recorder(events * ROUNDS)
+    seen_per_round = [0] * ROUNDS
 
     async def handle(tick: Tick) -> bool:
-        if tick.index != WARM_UP:
+        if tick.index != WARM_UP and tick.index not in recorder.seen:
             recorder.saw(tick.index)
+            round_number = tick.index // events
+            seen_per_round[round_number] += 1
+            if seen_per_round[round_number] == events:
+                print(ROUND_DONE, round_number, flush=True)
         return True
 
     metrics = AfterWarmUp(recorder)
@@ -146,6 +164,40 @@ async def run_worker(url: str, variant: str, events: int, timeout: float) -> Jso
     }
 
 
+class Round:
+    """One round of the producer: `len(offsets)` events from `first_index` on, due LEAD plus
+    their offset after the round starts (when this is made)."""
+
+    def __init__(self, service: EventService, offsets: Sequence[float], first_index: int) -> None:
+        self.service = service
+        self.offsets = offsets
+        self.start = time.time()
+        self.first_index = first_index
+        self.timed = range(first_index, first_index + len(offsets))
+        """The events the round's rate counts: all, or all but the first (`enqueue_first`)."""
+
+    async def enqueue_first(self) -> float:
+        """Enqueues the round's first event alone, leaving it out of the rate; seconds."""
+        first, self.timed = self.timed[:1], self.timed[1:]
+        started = time.perf_counter()
+        await self.enqueue(first)
+        return time.perf_counter() - started
+
+    async def enqueue_timed(self, batch: range) -> None:
+        """Enqueues `batch` of the timed events (positions in `timed`)."""
+        await self.enqueue(self.timed[batch.start : batch.stop])
+
+    async def enqueue(self, indices: range) -> None:
+        for index in indices:
+            offset = self.offsets[index - self.first_index]
+            due = datetime.fromtimestamp(self.start + LEAD + offset, timezone.utc)
+            await self.service.enqueue(Tick(id=f"t-{index}", index=index), at=due)
+
+    def before_due(self) -> bool:
+        """Whether the round's first event is not due yet."""
+        return time.time() < self.start + LEAD
+
+
 async def run_producer(url: str, variant: str, events: int, timeout: float) -> JsonDict:
     """Starts the worker, enqueues the events, and returns the figures of the run."""
     child = await asyncio.create_subprocess_exec(
@@ -166,27 +218,23 @@ async def run_producer(url: str, variant: str, events: int, timeout: float) -> J
         offsets = spread_delays(events, SPREAD, SEED)
         # Dispatching is the worker's job: a producer-only service, as in scenario 3.
         service = builder(url, variant).enable_scheduling(False).build()
+        round_rates: list[float] = []
+        enqueued_before_due = True
         async with service:
-            start = time.time()
-
-            async def enqueue(indices: range) -> None:
-                for index in indices:
-                    due = datetime.fromtimestamp(start + LEAD + offsets[index], timezone.utc)
-                    await service.enqueue(Tick(id=f"t-{index}", index=index), at=due)
-
-            # The first enqueue is timed alone: it pays what a process pays once per type
-            # (connections, on a cluster redis-py's command table, the registry and schema
-            # records), which would otherwise be a fifth of a cluster's 3,000 events.
-            first_started = time.perf_counter()
-            await enqueue(range(1))
-            first_seconds = time.perf_counter() - first_started
-
-            async def enqueue_after_first(indices: range) -> None:
-                await enqueue(range(indices.start + 1, indices.stop + 1))
-
-            enqueue_seconds = await run_in_flight(events - 1, 1, IN_FLIGHT, enqueue_after_first)
-            enqueued_before_due = time.time() < start + LEAD
-        output, _ = await asyncio.wait_for(child.communicate(), LEAD + SPREAD + timeout)
+            for round_number in range(ROUNDS):
+                this_round = Round(service, offsets, first_index=round_number * events)
+                if round_number == 0:
+                    # The first enqueue is timed alone: it pays what a process pays once per
+                    # type (connections, on a cluster redis-py's command table, the registry
+                    # and schema records), which would otherwise be a fifth of a cluster's
+                    # 3,000 events.
+                    first_seconds = await this_round.enqueue_first()
+                timed = len(this_round.timed)
+                seconds = await run_in_flight(timed, 1, IN_FLIGHT, this_round.enqueue_timed)
+                round_rates.append(timed / seconds)
+                enqueued_before_due = enqueued_before_due and this_round.before_due()
+                await wait_for_round(child.stdout, round_number, LEAD + SPREAD + timeout)
+        output, _ = await asyncio.wait_for(child.communicate(), timeout)
     finally:
         if child.returncode is None:
             child.kill()
@@ -197,8 +245,8 @@ async def run_producer(url: str, variant: str, events: int, timeout: float) -> J
     lateness_s: list[float] = worker["lateness_s"]
     return {
         "first_enqueue_ms": first_seconds * 1000,
-        "enqueue_per_s": (events - 1) / enqueue_seconds,
-        "enqueue_seconds": enqueue_seconds,
+        "enqueue_per_s": statistics.median(round_rates),
+        "round_rates": round_rates,
         "enqueued_before_due": enqueued_before_due,
         **lateness_summary(lateness_s),
         "worker_cpu_s": worker["cpu_s"],
@@ -208,6 +256,15 @@ async def run_producer(url: str, variant: str, events: int, timeout: float) -> J
     }
 
 
+async def wait_for_round(
+    worker_output: asyncio.StreamReader, round_number: int, limit: float
+) -> None:
+    """Waits until the worker says it has handled every event of the round."""
+    line = await asyncio.wait_for(worker_output.readline(), limit)
+    if line.decode().split() != [ROUND_DONE, str(round_number)]:
+        raise RuntimeError(f"the cluster worker said {line!r} in round {round_number}")
+
+
 async def run(role: str, url: str, variant: str, events: int, timeout: float) -> JsonDict:
     if role == "versions":
         return {"versions": {"aioqueue": aioqueue.__version__}}
@@ -215,7 +272,7 @@ async def run(role: str, url: str, variant: str, events: int, timeout: float) ->
         return await run_worker(url, variant, events, timeout)
     async with server_url(variant, url) as run_url:
         result = await run_producer(run_url, variant, events, timeout)
-    return {"topology": variant, "events": events, **result}
+    return {"topology": variant, "events": events, "rounds": ROUNDS, **result}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
