@@ -133,11 +133,16 @@ class BullmqSystem:
                 running.result()
                 raise RuntimeError("the bullmq worker stopped by itself")
         finally:
-            try:
-                await asyncio.wait_for(worker.close(), CLOSE_TIMEOUT)
-            except asyncio.TimeoutError:
+            # Not asyncio.wait_for: the port's close() shields its teardown and ignores
+            # cancellation until the teardown is over, which waits for the worker's blocking
+            # fetch, so a timeout that cancels it never returns (the idle scenario, 100,000
+            # jobs hours ahead, timed out in every run). A close that is not over in time is
+            # forced, which cancels the fetch and so ends the first close too.
+            closing = asyncio.ensure_future(worker.close())
+            await asyncio.wait([closing], timeout=CLOSE_TIMEOUT)
+            if not closing.done():
                 await worker.close(force=True)
-            await asyncio.gather(running, return_exceptions=True)
+            await asyncio.gather(closing, running, return_exceptions=True)
 
     async def load_backlog(self, url: str, count: int, delay: float) -> None:
         """The port's own batch call, addBulk: one MULTI of addJob script calls."""
