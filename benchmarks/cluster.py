@@ -21,15 +21,13 @@ and its lateness that of every round's events together.
 
 Variants: `single` runs on the server the driver gives (`--url`); `cluster` starts an
 `aioqueue.testing.EmbeddedCluster` of 3 masters for the run (about 2 s, outside every clock)
-and `cluster-partitioned` the same with `.partitions(Tick, 8)` on both services. Figures:
-the first enqueue's milliseconds, timed alone since it pays the process's one-time costs
-(connections, the type's registry and schema records, on a cluster redis-py's command
-table); the enqueue rate of the other events, 32 calls in flight (median of the rounds);
-and lateness
-p50/p99/max from the worker's `Metrics` (server clock). The
-targets (issue 27) compare the cluster rows with the single-server row of the same repeat's
-table. Runs in .venv-aioqueue; prints one JSON line after RESULT_MARKER, as the other scenario
-scripts do.
+and `cluster-partitioned` the same with `.partitions(Tick, 8)` on both services. Figures: the
+first enqueue's milliseconds, timed alone since it pays the process's one-time costs
+(connections, the type's registry and schema records, on a cluster redis-py's command table);
+the enqueue rate of the other events, 32 calls in flight (median of the rounds); and lateness
+p50/p99/max from the worker's `Metrics` (server clock). The targets (issue 27) compare the
+cluster rows with the single-server row of the same repeat's table. Runs in .venv-aioqueue;
+prints one JSON line after RESULT_MARKER, as the other scenario scripts do.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from common import (
+    CLUSTER_ROUNDS,
     CONCURRENCY,
     IN_FLIGHT,
     READY_LINE,
@@ -75,7 +74,7 @@ MASTERS = 3
 LEAD = 2.0
 SPREAD = 1.0
 SEED = 42
-ROUNDS = 5
+ROUNDS = CLUSTER_ROUNDS
 # What the worker prints when it has handled every event of a round, then the round's number.
 ROUND_DONE = "round-done"
 # The index of the worker's warm-up event, which no producer enqueues.

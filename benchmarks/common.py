@@ -45,6 +45,8 @@ READY_LINE = "ready"
 CONCURRENCY = 10
 # Enqueue calls in flight at once (scenario 1, and the producers of the other scenarios).
 IN_FLIGHT = 32
+# Rounds of the cluster scenario in one run (cluster.py), whose median is the run's rate.
+CLUSTER_ROUNDS = 5
 # Far enough ahead that nothing comes due while a scenario runs.
 AN_HOUR = 3600.0
 # The backlog of the backlog-growth scenario: "pending far in the future".

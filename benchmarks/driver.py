@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 import redis
-from common import RESULT_MARKER, JsonDict, parse_result, reset_server
+from common import CLUSTER_ROUNDS, RESULT_MARKER, JsonDict, parse_result, reset_server
 from report import (
     BULLMQ_NODE,
     METRICS,
@@ -261,10 +261,10 @@ def scenario_arguments(scenario: str, sizes: Sizes) -> tuple[list[str], float]:
         arguments = ["idle", "--events", str(events), "--window", str(window)]
         return arguments, events / 5000 + window + 60
     if scenario == "cluster":
-        # A cluster start (about 2 s), then 5 rounds (ROUNDS in cluster.py) of the enqueue and
-        # the lead and spread of the due times (about 3.2 s each).
+        # A cluster start (about 2 s), then the rounds of the enqueue and the lead and spread
+        # of the due times (about 3.2 s each).
         events = sizes.cluster_events
-        return ["cluster", "--events", str(events)], 5 * events / 500 + 80
+        return ["cluster", "--events", str(events)], CLUSTER_ROUNDS * events / 500 + 80
     raise AssertionError(scenario)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common import JsonDict, percentile
+from common import CLUSTER_ROUNDS, JsonDict, percentile
 
 # Suffix of the table row that shows aioqueue's second lateness measure (see README, "Clocks").
 WALL_CLOCK_ROW = " (handler wall clock)"
@@ -91,8 +91,8 @@ METRICS = (
            "redis-py's command table)", "first", "ms", False, 1, compare=False),
     Metric("cluster", "enqueue_per_s",
            "cluster: enqueue rate of {cluster_events:,} events (the first apart), 32 calls in "
-           "flight, worker running; a run's median of 5 rounds", "enqueue", "events/s", True, 0,
-           compare=False),
+           f"flight, worker running; a run's median of {CLUSTER_ROUNDS} rounds", "enqueue",
+           "events/s", True, 0, compare=False),
     Metric("cluster", "p50_ms",
            "cluster: lateness p50 (server clock), events due once the enqueueing is over",
            "p50", "ms", False, 1, compare=False),
