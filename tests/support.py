@@ -9,7 +9,7 @@ from typing import TypeVar, cast
 
 import anyio
 import redis.asyncio as redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from aioqueue import Event, NoMetrics, event_context
 from aioqueue._engine.client import RedisClient
@@ -159,3 +159,13 @@ class SteppedRedis:
         self.run(self.client.aclose())
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
+
+
+def drop_cluster_node(client: RedisCluster, node: ClusterNode) -> None:
+    """Does to `node` what redis-py's slot-map refresh does to a node missing from CLUSTER
+    SLOTS (after a failover, a node that answered without it): marks its connections in use,
+    closes its idle ones, and forgets it as a node and as a startup node."""
+    manager = client.nodes_manager
+    for known in (manager.nodes_cache, manager.startup_nodes):
+        others = {name: other for name, other in known.items() if name != node.name}
+        manager.set_nodes(known, others, remove_old=True)

@@ -23,6 +23,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from aioqueue._engine.client import client_from_url
 from aioqueue._engine.steps import Pipeline, Steps, run_steps
 from aioqueue.testing import EmbeddedCluster
+from tests.support import drop_cluster_node
 
 KEY = "{slot-map-refresh}:probe"
 SCRIPT = "return redis.call('INCR', KEYS[1])"
@@ -39,16 +40,12 @@ async def client(redis_cluster: EmbeddedCluster) -> AsyncIterator[RedisCluster]:
 
 
 def drop_node_of_key(client: RedisCluster) -> ClusterNode:
-    """Does to the node serving KEY what a refresh does to a node missing from CLUSTER SLOTS
-    (marks its connections in use, closes its idle ones, forgets it as a node and as a
-    startup node), and makes a refresh due, as a connection error does; the slot map still
-    names the dropped node until the refresh. Returns the dropped node."""
-    manager = client.nodes_manager
+    """Drops the node serving KEY as a refresh does (tests.support.drop_cluster_node) and
+    makes a refresh due, as a connection error does; the slot map still names the dropped
+    node until the refresh. Returns the dropped node."""
     node = client.get_node_from_key(KEY)
     assert node is not None
-    for known in (manager.nodes_cache, manager.startup_nodes):
-        others = {name: other for name, other in known.items() if name != node.name}
-        manager.set_nodes(known, others, remove_old=True)
+    drop_cluster_node(client, node)
     client._initialize = True
     return node
 

@@ -16,7 +16,7 @@ from redis.exceptions import MovedError
 
 from aioqueue._engine.node_pipelines import NodeCommands, run_on_nodes
 from aioqueue.testing import EmbeddedCluster
-from tests.support import blocked_in, wait_until
+from tests.support import blocked_in, drop_cluster_node, wait_until
 
 
 @pytest.fixture
@@ -129,15 +129,7 @@ async def test_a_node_dropped_during_a_round_trip_keeps_no_connection_open(
     async with _client(redis_cluster) as client:
         first, second = client.get_primaries()[:2]
         await first.disconnect()  # the first write connects: the refresh runs meanwhile
-        manager = client.nodes_manager
-
-        def drop_second() -> None:
-            # What redis-py's refresh does to a node missing from CLUSTER SLOTS.
-            for known in (manager.nodes_cache, manager.startup_nodes):
-                others = {name: node for name, node in known.items() if name != second.name}
-                manager.set_nodes(known, others, remove_old=True)
-
-        asyncio.get_running_loop().call_soon(drop_second)
+        asyncio.get_running_loop().call_soon(drop_cluster_node, client, second)
         batches = [
             NodeCommands(first, [PipelineCommand(0, "ECHO", "first")]),
             NodeCommands(second, [PipelineCommand(0, "ECHO", "second")]),
@@ -145,7 +137,7 @@ async def test_a_node_dropped_during_a_round_trip_keeps_no_connection_open(
         await run_on_nodes(client, batches)
 
         assert [batch.commands[0].result for batch in batches] == [b"first", b"second"]
-        assert second.name not in manager.nodes_cache
+        assert second.name not in client.nodes_manager.nodes_cache
     await wait_until(lambda: _all_closed(second))
 
 
