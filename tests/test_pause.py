@@ -4,7 +4,7 @@ lets running handlers finish, and on resume is delivered in due order."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 
 import anyio
@@ -36,9 +36,11 @@ async def test_nothing_is_handled_while_paused_and_all_in_due_order_after(
 ) -> None:
     client = redis_client
     handled = Recorder()
+    by_one: list[str] = []
+    by_other: list[str] = []
     async with service_builder().build() as one, service_builder().build() as other:
-        one.add_handler(PaymentCheck, handled)
-        other.add_handler(PaymentCheck, handled)
+        one.add_handler(PaymentCheck, noting(by_one, handled))
+        other.add_handler(PaymentCheck, noting(by_other, handled))
         await one.pause(PaymentCheck)
         assert await other.paused() == {"PaymentCheck"}
         start = datetime.now(timezone.utc)
@@ -64,10 +66,22 @@ async def test_nothing_is_handled_while_paused_and_all_in_due_order_after(
         assert not await other.resume(PaymentCheck)  # not paused any more
         await handled.wait_for(20)
         assert await one.paused() == set()
-    # Two services with parallelism 1 each: their starts may swap neighbours, never more.
     assert sorted(handled.ids) == [f"p-{n:02}" for n in range(20)]
-    for position, event_id in enumerate(handled.ids):
-        assert abs(int(event_id[2:]) - position) <= 1, handled.ids
+    # Each service (parallelism 1) takes the ready list's events one after another, in due
+    # order. Between the two services there is no order to check: one may be held up for a
+    # few of the other's events (a CI run once had p-17 start after p-18 and p-19).
+    for ids in (by_one, by_other):
+        assert ids == sorted(ids), (by_one, by_other)
+
+
+def noting(ids: list[str], recorder: Recorder) -> Callable[[PaymentCheck], Awaitable[bool]]:
+    """A handler that notes the ids it is handed in `ids`, then hands the event to `recorder`."""
+
+    async def handle(event: PaymentCheck) -> bool:
+        ids.append(event.id)
+        return await recorder(event)
+
+    return handle
 
 
 async def test_a_pause_gives_waiting_deliveries_back_and_survives_a_restart(
