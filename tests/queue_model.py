@@ -22,6 +22,7 @@ from aioqueue._engine.envelope import Envelope
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.pausing import pause, resume
 from aioqueue._engine.rate_limits import set_rate_limit
+from aioqueue._engine.settings_marks import mark_recorded
 from aioqueue._engine.store import DispatchResult, QueueStore
 from aioqueue._engine.writes import DueTime, EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
@@ -116,6 +117,9 @@ class QueueModel(SteppedRedis):
         """Whether the payload field `n` is recorded as the type's serial key."""
         self.walk: Walk | None = None
         """A walk through pending() in progress (tests/queue_model_walk.py)."""
+        self.recorded: bool | None = None
+        """Whether the type's settings are marked recorded (settings_marks.py), which every
+        dispatch then checks; None until record_settings, and dispatches do not check."""
 
     def _new_generation(self) -> int:
         self.generations += 1
@@ -174,6 +178,8 @@ class QueueModel(SteppedRedis):
             self.browse(1 + step.count // 3)
         elif operation == "legacy":
             self.rewrite_with_long_keys(step.event_id)
+        elif operation == "lose":
+            self.lose_data()
         elif self.held:
             self.settle(operation, step.index, step.payload, step.delay_ms)
         self._note_unparked()
@@ -271,6 +277,34 @@ class QueueModel(SteppedRedis):
         else:
             self.run(self.client.delete(KEYS.serial_field))
 
+    def record_settings(self) -> None:
+        """Records the type's settings as a service that handles it does (serial field, rate
+        limit, then the mark); from then on every dispatch checks the mark."""
+        if self.serial:
+            self.run(self.client.set(KEYS.serial_field, "n"))
+        if self.rate_limit is not None:
+            self.run(set_rate_limit(self.client, LAYOUT, RateLimit(self.rate_limit, HOUR_MS)))
+        self.run(mark_recorded(self.client, LAYOUT))
+        self.recorded = True
+
+    def lose_data(self) -> None:
+        """The server loses its data (FLUSHALL, a restart without persistence): events, dead
+        letters, the pause, the rate window and the settings go; the next dispatch must take
+        nothing, and the model then records the settings again as a service does. Only while
+        no handler holds a delivery: what an old handler's settle does to the new data (the
+        version counter starts again) is not something the library promises."""
+        if self.held or self.recorded is None:
+            return
+        self._moved(*self.pending)
+        self.run(self.client.flushdb())
+        self.pending.clear()
+        self.dead.clear()
+        self.ready.clear()
+        self.sequence = 0
+        self.paused = False
+        self.starts = 0
+        self.recorded = False
+
     def _room(self) -> int | None:
         return None if self.rate_limit is None else self.rate_limit - self.starts
 
@@ -317,8 +351,15 @@ class QueueModel(SteppedRedis):
                 lease_ms=lease_ms,
                 max_attempts=MAX_ATTEMPTS,
                 ready_capacity=READY_CAPACITY,
+                check_recorded=self.recorded is not None,
             )
         )
+        if self.recorded is False:
+            assert result.unrecorded
+            assert (result.dispatched, result.buried, result.parked) == (0, 0, 0)
+            self.record_settings()
+            return
+        assert not result.unrecorded
         due = [
             event_id
             for event_id, event in self.pending.items()

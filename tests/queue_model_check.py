@@ -63,7 +63,10 @@ def check_redis_holds_exactly_the_model(model: QueueModel) -> None:
         KEYS.serial_holders,
         KEYS.serial_waiting,
         KEYS.counts,
+        KEYS.recorded,
     }
+    if model.recorded is not None:
+        assert (KEYS.recorded in state.keys) is model.recorded
     assert state.sequence == model.sequence
 
 

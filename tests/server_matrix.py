@@ -209,6 +209,7 @@ MATRIX_MODULES = frozenset(
     {
         "test_access",  # the ACL rule of each version range, FCALL or EVALSHA
         "test_browse",
+        "test_data_loss",  # FLUSHALL drops the functions (7.0+) or the script cache (6.2)
         "test_dead_letters",  # retries and dead letters
         "test_delivery",
         "test_durability",  # WAIT everywhere, WAITAOF from 7.2, EVALSHA on 6.2
@@ -232,6 +233,7 @@ CORE_TESTS = frozenset(
         "test_browse::test_inspect_tells_every_state_of_an_event",
         "test_browse::test_pages_follow_schedule_order_across_partitions",
         "test_browse::test_a_walk_lists_no_event_twice_while_dispatch_moves_events_past_its_cursor",
+        "test_data_loss::test_a_running_service_records_its_types_again_and_keeps_serial_keys_and_limits",
         "test_dead_letters::test_failures_are_retried_then_dead_lettered_and_requeue_revives_them",
         "test_dead_letters::test_malformed_events_are_dead_lettered_and_the_consumer_goes_on",
         "test_delivery::test_cancel_during_a_failing_handler_leaves_no_retry",
@@ -249,7 +251,8 @@ CORE_TESTS = frozenset(
 )
 """The core subset (`module::test`): these run on every server in every run, `./dev test` and
 CI included, so each version gets delivery, retries, dead letters, scripts or functions, its
-ACL rule, flow control, recurring events, browsing and a Sentinel failover at least once."""
+ACL rule, flow control, recurring events, browsing, a loss of the server's data and a Sentinel
+failover at least once."""
 
 
 def install() -> list[str]:

@@ -4,8 +4,9 @@ Hypothesis generates sequences of enqueue, replace, debounced replace (max_wait)
 reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
 payload's `n` is the key), dispatch, claim, success, failure, crash, lease extension,
 browsing (a walk through pending() whose pages interleave with the other operations, see
-tests/queue_model_walk.py), requeue, and envelopes rewritten with the long keys an older
-release wrote,
+tests/queue_model_walk.py), requeue, envelopes rewritten with the long keys an older
+release wrote, and the server losing its data (after which no dispatch may take anything
+until the type's settings are recorded again, and then serial keys and limits hold again),
 run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly as the library runs
 them) and, after every step, compares
 everything in Redis with a small model of the queue: no event may be lost (every pending
@@ -50,7 +51,7 @@ OPERATIONS = st.sampled_from(
     + ["claim"] * 3
     + ["success"] * 2
     + ["failure"] * 2
-    + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "legacy"]
+    + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "legacy", "lose"]
     # Twice, so that walks through pending() overlap often with the moves they must survive.
     + ["browse"] * 2
 )
@@ -97,7 +98,7 @@ SERIAL_STEPS = step_lists(
         + ["success"] * 3
         + ["failure"] * 2
         + ["replace", "cancel", "reschedule", "serial", "crash", "browse", "requeue"]
-        + ["undecodable", "replace-held", "cancel-held", "pause", "resume", "legacy"]
+        + ["undecodable", "replace-held", "cancel-held", "pause", "resume", "legacy", "lose"]
     ),
     st.sampled_from(["a", "b", "c", "d"]),
     st.integers(min_value=0, max_value=1).map(lambda n: f'{{"n":{n}}}'),
@@ -178,6 +179,7 @@ def run_and_check(url: str, steps: list[Step], *, serial_keys: bool) -> None:
         assert model.run(model.client.dbsize()) == 0
         if serial_keys:
             model.toggle_serial_key()
+        model.record_settings()
         for step in steps:
             model.apply(step)
             check_redis_holds_exactly_the_model(model)

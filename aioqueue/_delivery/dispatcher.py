@@ -47,6 +47,10 @@ class DispatchTarget(NamedTuple):
 
     store: QueueStore
     parallelism: int
+    settings_lost: Callable[[float], None] | None = None
+    """Called with the time (monotonic) the dispatch was sent when it found the type's
+    settings gone from the server (nothing is dispatched until they are recorded again and
+    the dispatcher woken: settings_marks.py); None dispatches without checking."""
 
 
 class _SetAside:
@@ -163,27 +167,29 @@ class Dispatcher:
         targets = list(self._targets())
         self._watch_wake_signals([target.store for target in targets], watchers)
         self._refill_at = None
-        due: list[tuple[QueueStore, int]] = []
-        for store, parallelism in targets:
-            set_aside = self._set_aside.get(store.keys.schedule)
+        due: list[tuple[DispatchTarget, int]] = []
+        for target in targets:
+            set_aside = self._set_aside.get(target.store.keys.schedule)
             if set_aside is not None:
                 wait = set_aside.until - time.monotonic()
                 if wait > 0:
                     pause = min(pause, wait)
                     continue
-            due.append((store, self._call_size(parallelism)))
+            due.append((target, self._call_size(target.parallelism)))
         outcomes: list[DispatchResult | Exception] = [RuntimeError("not dispatched") for _ in due]
+        sent_at = time.monotonic()
 
-        async def dispatch(index: int, store: QueueStore, call_size: int) -> None:
+        async def dispatch(index: int, target: DispatchTarget, call_size: int) -> None:
             # Each call's error is kept with its store, never raised into the task group:
             # a refused type is set aside on its own, and a connection error leaves as itself
             # (not an exception group) for the retry loop of _dispatch_forever.
             try:
-                outcomes[index] = await store.dispatch(
+                outcomes[index] = await target.store.dispatch(
                     batch_size=call_size,
                     lease_ms=config.lease_ms,
                     max_attempts=config.retry_attempts,
                     ready_capacity=config.ready_capacity,
+                    check_recorded=target.settings_lost is not None,
                 )
             except Exception as exc:
                 outcomes[index] = exc
@@ -195,14 +201,15 @@ class Dispatcher:
         else:
             limiter = anyio.CapacityLimiter(CONCURRENT_DISPATCHES)
 
-            async def dispatch_limited(index: int, store: QueueStore, call_size: int) -> None:
+            async def dispatch_limited(index: int, target: DispatchTarget, call_size: int) -> None:
                 async with limiter:
-                    await dispatch(index, store, call_size)
+                    await dispatch(index, target, call_size)
 
             async with anyio.create_task_group() as calls:
-                for index, (store, call_size) in enumerate(due):
-                    calls.start_soon(dispatch_limited, index, store, call_size)
-        for (store, call_size), outcome in zip(due, outcomes, strict=True):
+                for index, (target, call_size) in enumerate(due):
+                    calls.start_soon(dispatch_limited, index, target, call_size)
+        for (target, call_size), outcome in zip(due, outcomes, strict=True):
+            store = target.store
             if isinstance(outcome, ResponseError):
                 # The server answered, and refused this type only: the others go on.
                 pause = min(pause, self._set_type_aside(store, outcome))
@@ -211,6 +218,10 @@ class Dispatcher:
                 raise outcome
             if self._set_aside.pop(store.keys.schedule, None) is not None:
                 logger.info("dispatching %s recovered", store.event_type)
+            if outcome.unrecorded and target.settings_lost is not None:
+                # Nothing was taken; the recording wakes this loop once it is done.
+                target.settings_lost(sent_at)
+                continue
             if outcome.dispatched:
                 config.metrics.events_dispatched(store.event_type, outcome.dispatched)
             pause = min(pause, self._pause_after(outcome, call_size))

@@ -65,6 +65,11 @@ class QueueKeys:
     serial_waiting: str
     """zset, every score 0: events parked while their serial key value is held, as
     `length:value:due:id` (due in ms, 15 digits), so each value's are one range in due order."""
+    recorded: str
+    """string: the server time (ms) at which a service that handles the type last recorded its
+    settings (registry entry, schema, serial field, rate limit). It goes when the server loses
+    its data, with the settings: a dispatcher that finds it gone records them again before it
+    dispatches the type again (see settings_marks.py)."""
 
     @property
     def settling(self) -> tuple[str, str, str, str]:
@@ -101,6 +106,7 @@ class QueueKeys:
             serial_field=f"{base}:serial_field",
             serial_holders=f"{base}:serial_holders",
             serial_waiting=f"{base}:serial_waiting",
+            recorded=f"{base}:recorded",
         )
 
 

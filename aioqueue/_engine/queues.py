@@ -65,10 +65,11 @@ class QueueDirectory:
         record = self.types.known(event_class)
         return None if record is None else self.queue(record.event_type)
 
-    async def recorded(self, event_class: type[Event]) -> TypeQueue:
+    async def recorded(self, event_class: type[Event], *, again: bool = False) -> TypeQueue:
         """The class's queue, once (per service) the class is resolved (see
-        EventTypes.resolve: registry, published schema, serial key)."""
-        record = self.types.known(event_class)
+        EventTypes.resolve: registry, published schema, serial key); `again` resolves it
+        even if it was resolved before (the server lost what was recorded)."""
+        record = None if again else self.types.known(event_class)
         if record is None:
             record = await self._resolve(event_class)
         return self.queue(record.event_type)

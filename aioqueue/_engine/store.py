@@ -38,6 +38,9 @@ class DispatchResult:
     """Envelopes in the ready list after the call."""
     parked: int = 0
     """Due events set aside because another event holds their serial key."""
+    unrecorded: bool = False
+    """The type's settings are gone from the server (its `recorded` key is missing): nothing
+    was taken (see settings_marks.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,18 +91,29 @@ class QueueStore:
         return await run_steps(self.client, cancel_steps(self.client, self.keys, event_id))
 
     async def dispatch(
-        self, *, batch_size: int, lease_ms: int, max_attempts: int, ready_capacity: int
+        self,
+        *,
+        batch_size: int,
+        lease_ms: int,
+        max_attempts: int,
+        ready_capacity: int,
+        check_recorded: bool = False,
     ) -> DispatchResult:
+        """Moves due events to the ready list (dispatch.lua). With `check_recorded`, takes
+        nothing while the type's settings are gone from the server (see DispatchResult.
+        unrecorded)."""
         k = self.keys
         keys = [
             k.schedule, k.events, k.ready, k.dead_letters, k.dead_letter_times, k.paused,
             k.rate, k.starts, k.serial_field, k.serial_holders, k.serial_waiting, k.counts,
         ]  # fmt: skip
+        if check_recorded:
+            keys.append(k.recorded)
         reply = await DISPATCH.run(
             self.client, keys, [batch_size, lease_ms, max_attempts, ready_capacity]
         )
         dispatched, buried, now, earliest, limit, ready_length, parked = (
-            int(value) for value in reply
+            int(value) for value in reply[:7]
         )
         return DispatchResult(
             dispatched=dispatched,
@@ -109,6 +123,7 @@ class QueueStore:
             limit=limit,
             ready_length=ready_length,
             parked=parked,
+            unrecorded=len(reply) > 7,
         )
 
     async def claim(

@@ -55,6 +55,10 @@ class Registration:
     handler: Handler
     parallelism: int
     consumer: Consumer | None = None
+    recording: bool = False
+    """The type's settings are being recorded (see ServiceHandlers._record_type)."""
+    recorded_at: float | None = None
+    """When (monotonic) they were last recorded, None before the first time."""
 
 
 class ServiceBase:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from types import CodeType
 from typing import Any, TypeVar, overload
@@ -12,7 +13,8 @@ from aioqueue._delivery.consumer import Consumer
 from aioqueue._delivery.dispatcher import DispatchTarget
 from aioqueue._delivery.watchdog import handler_code
 from aioqueue._engine.rate_limits import record_rate_limit
-from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
+from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._engine.settings_marks import mark_recorded
 from aioqueue._model.errors import HandlerRegistrationError, PartitionCountMismatchError
 from aioqueue._model.event import Event, event_type_name, serial_key_of
 
@@ -148,26 +150,60 @@ class ServiceHandlers(ServiceBase):
             functools.partial(self._record_type, registration),
         )
 
-    async def _record_type(self, registration: Registration) -> None:
+    async def _record_type(self, registration: Registration, *, again: bool = False) -> None:
         """Makes sure the registry records the type with this service's partition count,
         publishes the type's payload schema and records its rate limit (if this service has
-        one and none is recorded); on a partition count mismatch the consumer stops
-        (it would read keys nobody writes) and the service fails loudly (see
-        ServiceBase._supervised)."""
+        one and none is recorded), then marks the settings recorded (see settings_marks.py)
+        and wakes the dispatcher, which waits for that mark; on a partition count mismatch
+        the consumer stops (it would read keys nobody writes) and the service fails loudly
+        (see ServiceBase._supervised). `again`: after the server lost them."""
         errors = ErrorBackoff(f"recording {registration.event_type} in the registry")
-        while True:
-            try:
-                queue = await self._queues.recorded(registration.event_class)
-                wanted = self._config.rate_limits.get(registration.event_type)
-                if wanted is not None:
-                    await record_rate_limit(self._client, queue.layout, wanted)
-                return
-            except PartitionCountMismatchError:
-                if registration.consumer is not None:
-                    registration.consumer.stop_taking()
-                raise
-            except REDIS_ERRORS as exc:
-                await errors.sleep_after(exc)
+        registration.recording = True
+        try:
+            while True:
+                try:
+                    queue = await self._queues.recorded(registration.event_class, again=again)
+                    wanted = self._config.rate_limits.get(registration.event_type)
+                    if wanted is not None:
+                        await record_rate_limit(self._client, queue.layout, wanted)
+                    await mark_recorded(self._client, queue.layout)
+                    break
+                except PartitionCountMismatchError:
+                    if registration.consumer is not None:
+                        registration.consumer.stop_taking()
+                    raise
+                except REDIS_ERRORS as exc:
+                    await errors.sleep_after(exc)
+        finally:
+            registration.recording = False
+        registration.recorded_at = time.monotonic()
+        if self._dispatcher is not None:
+            self._dispatcher.wake()
+
+    def _settings_lost(self, registration: Registration, dispatched_at: float) -> None:
+        """A dispatch sent at `dispatched_at` (monotonic) found the type's settings missing
+        from the server (see settings_marks.py): records them again, unless a recording is
+        under way (a service's first dispatch usually meets the one it starts with) or ended
+        after that dispatch was sent (its answer is older than the mark, and the recording's
+        wake-up brings a new one)."""
+        recorded_at = registration.recorded_at
+        if (
+            registration.recording
+            or (recorded_at is not None and recorded_at >= dispatched_at)
+            or self._registrations.get(registration.event_type) is not registration
+        ):
+            return
+        if recorded_at is not None:
+            logger.warning(
+                "the settings of %s are gone from Redis (did the server lose its data?); "
+                "recording them again before its events are dispatched",
+                registration.event_type,
+            )
+        registration.recording = True  # from now: the next pass must not start another
+        self._start_background(
+            f"recording of {registration.event_type}",
+            functools.partial(self._record_type, registration, again=recorded_at is not None),
+        )
 
     def _handler_codes(self) -> dict[CodeType, str]:
         codes = {}
@@ -184,8 +220,9 @@ class ServiceHandlers(ServiceBase):
 
     def _dispatch_targets(self) -> Iterator[DispatchTarget]:
         for event_type, registration in self._registrations.items():
+            settings_lost = functools.partial(self._settings_lost, registration)
             for store in self._queues.queue(event_type).stores:
-                yield DispatchTarget(store, registration.parallelism)
+                yield DispatchTarget(store, registration.parallelism, settings_lost)
 
 
 def _check_handler(event_class: type[Event], handler: object) -> None:

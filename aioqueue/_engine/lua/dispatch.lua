@@ -12,12 +12,16 @@
 --   count_under_way in _prelude.lua) follows the attempts this call starts, ends or parks,
 --   and each pushed envelope gets the next number of its move clock as `moved` and `pushed`
 --   (see take_moves in _prelude.lua)
+-- KEYS[13] recorded (optional): when given and missing, the server lost the type's settings
+--   (serial field, rate limit) with its data, and nothing is taken until a service that
+--   handles the type has recorded them again (see settings_marks.py): the call returns at
+--   once with `unrecorded` 1
 -- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
 -- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
 -- lost worker only delays the event) and push its delivery (the envelope with its id). An
 -- event that already had all its attempts goes to the dead-letter set instead.
 -- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit, ready length,
--- parked};
+-- parked}, with an eighth element, `unrecorded` 1, only when KEYS[13] is missing;
 -- limit is how many events this call was allowed to take (batch size, less when the ready
 -- list is full), ready length the length of the ready list after the call.
 
@@ -54,6 +58,13 @@ local function envelope_problem(envelope, id)
 end
 
 local now = server_time_ms()
+-- GET rather than EXISTS: the ACL rule services run under (docs/operating/security.md)
+-- allows GET, and a rule already deployed must go on working.
+if KEYS[13] and not redis.call('GET', KEYS[13]) then
+  -- Events of a serial key or over a rate limit would start at once without their settings;
+  -- a limit the call did not reach, so the dispatcher waits for the recording to wake it.
+  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0, 1}
+end
 if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
   -- Paused (pause.lua): no earliest time, and a limit the call did not reach, so dispatchers
   -- sleep until resume.lua wakes them or their scheduling interval passes (a limit of 0

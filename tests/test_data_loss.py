@@ -1,0 +1,133 @@
+"""A server that loses its data under running services (FLUSHALL here; a restart without
+persistence does the same): the services record their types' settings again (registry entry,
+schema, serial field, rate limit) before they dispatch the types' events again, so events
+written after the loss keep their serial keys and rate limits (see settings_marks.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import pytest
+from redis.asyncio.cluster import RedisCluster
+
+from aioqueue import EventServiceBuilder
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.keys import QueueLayout
+from aioqueue._engine.rate_limits import read_rate_limit, set_rate_limit
+from aioqueue._engine.registry import read_registry
+from aioqueue._engine.schemas import read_schema
+from aioqueue._engine.settings_marks import mark_recorded
+from aioqueue._engine.store import DispatchResult, QueueStore
+from aioqueue._engine.writes import EnqueueItem
+from aioqueue._model.rate_limit import RateLimit
+from tests.support import OrderStep, PaymentCheck, Recorder
+
+pytestmark = pytest.mark.backends("standalone", "cluster")
+
+Builder = Callable[[], EventServiceBuilder]
+ORDER_STEP = QueueLayout("aioqueue", "OrderStep")
+PAYMENT_CHECK = QueueLayout("aioqueue", "PaymentCheck")
+HOURLY_LIMIT = RateLimit(limit=2, per_ms=3_600_000)
+
+
+class KeyOverlaps:
+    """A handler that holds each OrderStep a little and counts calls of one key that ran at
+    the same time (must stay 0)."""
+
+    def __init__(self) -> None:
+        self.running: set[int] = set()
+        self.overlaps = 0
+        self.recorder = Recorder()
+
+    async def __call__(self, event: OrderStep) -> bool:
+        if event.order_id in self.running:
+            self.overlaps += 1
+        self.running.add(event.order_id)
+        await anyio.sleep(0.02)
+        self.running.discard(event.order_id)
+        return await self.recorder(event)
+
+
+async def lose_all_data(client: RedisClient) -> None:
+    if isinstance(client, RedisCluster):
+        await client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    else:
+        await client.flushall()
+    assert [key async for key in client.scan_iter()] == []
+
+
+async def test_a_running_service_records_its_types_again_and_keeps_serial_keys_and_limits(
+    service_builder: Builder, redis_client: RedisClient
+) -> None:
+    steps, checks = KeyOverlaps(), Recorder()
+    service = service_builder().rate_limit(PaymentCheck, 2, per=3600).build()
+    service.add_handler(OrderStep, steps, parallelism=4)
+    service.add_handler(PaymentCheck, checks, parallelism=4)
+    async with service:
+        await service.enqueue(OrderStep(id="before", order_id=1), delay=0)
+        await steps.recorder.wait_for(1)
+
+        await lose_all_data(redis_client)
+        # Written after the loss by the same, long-lived producer: four steps of one order,
+        # all due at once, for a handler that could run four at a time; five checks against
+        # a limit of two an hour.
+        for n in range(4):
+            await service.enqueue(OrderStep(id=f"after-{n}", order_id=7), delay=0)
+        for n in range(5):
+            await service.enqueue(PaymentCheck(id=f"check-{n}", order_id=n), delay=0)
+
+        await steps.recorder.wait_for(5)
+        await checks.wait_for(2)
+        assert steps.overlaps == 0
+        assert await redis_client.get(ORDER_STEP.all_keys[0].serial_field) == b"order_id"
+        assert await read_rate_limit(redis_client, PAYMENT_CHECK) == HOURLY_LIMIT
+        registry = await read_registry(redis_client, "aioqueue")
+        assert [layout.event_type for layout in registry.layouts] == ["OrderStep", "PaymentCheck"]
+        assert await read_schema(redis_client, "aioqueue", "OrderStep") is not None
+        # The other three checks wait for the next hour's window, in the schedule.
+        assert await redis_client.zcard(PAYMENT_CHECK.all_keys[0].schedule) == 3
+    assert len(checks.deliveries) == 2
+
+
+async def test_a_limit_an_operator_cleared_stays_cleared(
+    service_builder: Builder, redis_client: RedisClient
+) -> None:
+    checks = Recorder()
+    service = service_builder().rate_limit(PaymentCheck, 2, per=3600).build()
+    service.add_handler(PaymentCheck, checks, parallelism=4)
+    async with service:
+        await service.enqueue(PaymentCheck(id="first", order_id=0), delay=0)
+        await checks.wait_for(1)
+        await set_rate_limit(redis_client, PAYMENT_CHECK, None)  # `aioqueue rate-limit --clear`
+        for n in range(4):
+            await service.enqueue(PaymentCheck(id=f"check-{n}", order_id=n), delay=0)
+        await checks.wait_for(5)  # past the cleared limit of two an hour
+        assert await read_rate_limit(redis_client, PAYMENT_CHECK) is None
+
+
+async def test_a_dispatch_takes_nothing_while_the_type_is_unrecorded(
+    redis_client: RedisClient,
+) -> None:
+    keys = PAYMENT_CHECK.all_keys[0]
+    store = QueueStore(redis_client, keys, "PaymentCheck")
+    await store.enqueue(
+        [EnqueueItem("due", '{"order_id":1}', "{}", 0, absolute=False)], replace=False
+    )
+
+    async def dispatch() -> DispatchResult:
+        return await store.dispatch(
+            batch_size=10, lease_ms=60_000, max_attempts=3, ready_capacity=100,
+            check_recorded=True,
+        )  # fmt: skip
+
+    unrecorded = await dispatch()
+    assert unrecorded.unrecorded
+    assert unrecorded.dispatched == 0
+    assert await redis_client.zrange(keys.schedule, 0, -1) == [b"due"]
+
+    await mark_recorded(redis_client, PAYMENT_CHECK)
+    recorded = await dispatch()
+    assert not recorded.unrecorded
+    assert recorded.dispatched == 1
+    assert await redis_client.llen(keys.ready) == 1
