@@ -4,13 +4,13 @@ up, through the public API on a real server."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from aioqueue import EventServiceBuilder
 from aioqueue._delivery import dispatcher
-from tests.support import DispatchSizes, PaymentCheck, Recorder
+from tests.support import DispatchSizes, PaymentCheck, Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -40,6 +40,9 @@ async def test_a_dispatch_call_moves_a_few_claims_worth_of_the_local_consumer(
         assert all(await service.enqueue_many(events, 0))
         service.add_handler(PaymentCheck, handler, parallelism=parallelism)
         await handler.wait_for(240)
+        # A call's events can be claimed and handled before the dispatcher has read the
+        # call's reply (and counted them): leaving now could cancel it before it does.
+        await wait_until(counted(metrics, 240))
     assert Counter(handler.ids) == Counter(event.id for event in events)
     assert max(metrics.sizes) == largest_call
     assert sum(metrics.sizes) == 240
@@ -63,3 +66,12 @@ async def test_claims_wake_a_dispatcher_that_a_full_ready_list_held_back(
     assert Counter(handler.ids) == Counter(event.id for event in events)
     # The ready list holds two batches (40): most of the 500 came in refills of a call each.
     assert len(metrics.sizes) >= 500 // 20
+
+
+def counted(metrics: DispatchSizes, events: int) -> Callable[[], Awaitable[bool]]:
+    """A wait_until condition: the dispatcher has counted `events` dispatched events."""
+
+    async def check() -> bool:
+        return sum(metrics.sizes) >= events
+
+    return check
