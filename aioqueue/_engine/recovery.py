@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 
 import anyio
 from redis.exceptions import RedisClusterException, RedisError
@@ -22,7 +23,10 @@ REDIS_ERRORS = (RedisError, RedisClusterException, OSError, AttributeError)
 
 
 class ErrorBackoff:
-    """Sleeps 50 ms after the first error in a row, doubling up to 1 s; success resets it.
+    """Sleeps up to 50 ms after the first error in a row, doubling up to 1 s; success resets
+    it. Each sleep is drawn from the upper half of its bound ("equal jitter"), so that the
+    loops of many workers that lost the same server do not all try it again in the same
+    instant, while none sleeps longer than the bound.
 
     The cap is how late a loop may find a server that is back: with 5 s, delivery resumed 1.4 s
     after a Sentinel failover of about 1.8 s had ended (tests/test_sentinel_failover.py: the
@@ -42,16 +46,17 @@ class ErrorBackoff:
 
     async def sleep_after(self, error: BaseException) -> None:
         self._failures += 1
+        seconds = self._delay * (0.5 + random.random() / 2)
         # The first error of a streak gets a traceback; the rest of the streak one line each.
         logger.warning(
-            "%s failed (%s: %s); retrying in %.2f s",
+            "%s failed (%s: %s); retrying in %.3f s",
             self._what,
             type(error).__name__,
             error,
-            self._delay,
+            seconds,
             exc_info=error if self._failures == 1 else None,
         )
-        await anyio.sleep(self._delay)
+        await anyio.sleep(seconds)
         self._delay = min(self.CAP, self._delay * 2)
 
     def reset(self) -> None:
