@@ -1,7 +1,8 @@
-"""A server that loses its data under running services (FLUSHALL here; a restart without
-persistence does the same): the services record their types' settings again (registry entry,
-schema, serial field, rate limit) before they dispatch the types' events again, so events
-written after the loss keep their serial keys and rate limits (see settings_marks.py)."""
+"""A server that loses its data under running services (FLUSHALL, or a restart without
+persistence, which also cuts every connection): the services record their types' settings
+again (registry entry, schema, serial field, rate limit) before they dispatch the types'
+events again, so events written after the loss keep their serial keys and rate limits (see
+settings_marks.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ from collections.abc import Callable
 
 import anyio
 import pytest
+import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 
-from aioqueue import EventServiceBuilder
+from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueLayout
 from aioqueue._engine.rate_limits import read_rate_limit, set_rate_limit
+from aioqueue._engine.recovery import REDIS_ERRORS
 from aioqueue._engine.registry import read_registry
 from aioqueue._engine.schemas import read_schema
 from aioqueue._engine.settings_marks import mark_recorded
 from aioqueue._engine.store import DispatchResult, QueueStore
 from aioqueue._engine.writes import EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
+from tests.conftest import ServerFactory
 from tests.support import OrderStep, PaymentCheck, Recorder
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -88,6 +92,43 @@ async def test_a_running_service_records_its_types_again_and_keeps_serial_keys_a
         # The other three checks wait for the next hour's window, in the schedule.
         assert await redis_client.zcard(PAYMENT_CHECK.all_keys[0].schedule) == 3
     assert len(checks.deliveries) == 2
+
+
+@pytest.mark.backends("standalone")
+async def test_a_restart_without_persistence_keeps_serial_keys_of_later_events(
+    server_factory: ServerFactory,
+) -> None:
+    server = server_factory()  # no AOF, no snapshots: a restart comes back empty
+    steps = KeyOverlaps()
+    service = (
+        EventService.builder()
+        .url(server.url)
+        .scheduling_interval(0.05)
+        .polling_timeout(0.2)
+        .retry_policy(FixedDelays([0.05]))
+        .build()
+    )
+    service.add_handler(OrderStep, steps, parallelism=4)
+    async with service:
+        await service.enqueue(OrderStep(id="before", order_id=1), delay=0)
+        await steps.recorder.wait_for(1)
+
+        server.kill()
+        await anyio.to_thread.run_sync(server.start)  # same port, nothing in it
+        with anyio.fail_after(10):
+            for n in range(4):
+                while True:  # the first use of a connection from before the restart fails
+                    try:
+                        await service.enqueue(OrderStep(id=f"after-{n}", order_id=7), delay=0)
+                        break
+                    except REDIS_ERRORS:
+                        await anyio.sleep(0.05)
+
+        await steps.recorder.wait_for(5)
+        assert steps.overlaps == 0
+        async with redis.Redis.from_url(server.url) as observer:
+            assert await observer.get(ORDER_STEP.all_keys[0].serial_field) == b"order_id"
+            assert await observer.get(ORDER_STEP.all_keys[0].recorded) == b"1"
 
 
 async def test_a_limit_an_operator_cleared_stays_cleared(
