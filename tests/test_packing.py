@@ -11,7 +11,7 @@ from redis.exceptions import DataError
 from redis.typing import EncodableT
 
 from aioqueue._engine.client import RedisClient, client_from_url
-from aioqueue._engine.packing import pack_commands_in_c
+from aioqueue._engine.own_connections import own_connections
 
 COMMANDS: list[tuple[EncodableT, ...]] = [
     ("SET", "k", "v"),
@@ -26,12 +26,12 @@ COMMANDS: list[tuple[EncodableT, ...]] = [
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda command: str(command[0]))
 def test_the_bytes_are_redis_pys_own(command: tuple[EncodableT, ...]) -> None:
     python_packed = b"".join(Connection().pack_command(*command))
-    connection_class = pack_commands_in_c(Redis()).connection_pool.connection_class
+    connection_class = own_connections(Redis()).connection_pool.connection_class
     assert b"".join(connection_class().pack_command(*command)) == python_packed
 
 
 def test_buffers_are_sent_as_bytes_and_other_values_refused_as_redis_py_does() -> None:
-    connection = pack_commands_in_c(Redis()).connection_pool.connection_class()
+    connection = own_connections(Redis()).connection_pool.connection_class()
     packed = connection.pack_command("SET", memoryview(b"k"), bytearray(b"v"))
     assert b"".join(packed) == b"".join(Connection().pack_command("SET", b"k", b"v"))
     with pytest.raises(DataError):
@@ -47,7 +47,7 @@ async def test_a_client_made_from_a_url_packs_in_c_and_works(redis_url: str) -> 
             classes: set[type] = {node.connection_class for node in client.get_nodes()}
         else:
             classes = {client.connection_pool.connection_class}
-        assert all(cls.__name__.startswith("HiredisPacking") for cls in classes)
+        assert all(cls.__name__.startswith("Aioqueue") for cls in classes)
         await client.set("packing:{k}", memoryview(b"\x00\xff"))
         assert await client.get("packing:{k}") == b"\x00\xff"
     finally:

@@ -13,7 +13,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .packing import pack_commands_in_c
+from .own_connections import own_connections
 from .sentinel import (
     SentinelSettings,
     is_sentinel_url,
@@ -49,15 +49,15 @@ its own timeout) before it fails with redis.exceptions.TimeoutError."""
 def client_from_url(url: str, **options: Any) -> RedisClient:
     """A client for `url`; `redis+cluster://` or `rediss+cluster://` selects Redis Cluster,
     `redis+sentinel://` or `rediss+sentinel://` the primary of a Sentinel-monitored group
-    (see sentinel.py). Options given in the URL's query win over `options`. It packs commands
-    in C (see packing.py)."""
+    (see sentinel.py). Options given in the URL's query win over `options`. Its connections
+    are aioqueue's own (see own_connections.py)."""
     for scheme in ("redis+cluster://", "rediss+cluster://"):
         if url.startswith(scheme):
             cluster = _SlotMapFirstCluster.from_url(url.replace("+cluster", "", 1), **options)
-            return pack_commands_in_c(cluster)
+            return own_connections(cluster)
     if is_sentinel_url(url):
-        return pack_commands_in_c(sentinel_client(parse_sentinel_url(url), **options))
-    return pack_commands_in_c(Redis.from_url(url, **options))
+        return own_connections(sentinel_client(parse_sentinel_url(url), **options))
+    return own_connections(Redis.from_url(url, **options))
 
 
 def sync_client_from_url(url: str, **options: Any) -> SyncRedisClient:
@@ -97,7 +97,7 @@ def service_client_from_url(url: str) -> RedisClient:
 
 def service_client_of_sentinels(settings: SentinelSettings) -> RedisClient:
     """The client a service makes from `EventServiceBuilder.sentinel(...)`, as from a URL."""
-    return pack_commands_in_c(sentinel_client(settings, **_SERVICE_OPTIONS))
+    return own_connections(sentinel_client(settings, **_SERVICE_OPTIONS))
 
 
 _asyncio_timeout = getattr(asyncio, "timeout", None)
