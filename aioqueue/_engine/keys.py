@@ -66,10 +66,10 @@ class QueueKeys:
     """zset, every score 0: events parked while their serial key value is held, as
     `length:value:due:id` (due in ms, 15 digits), so each value's are one range in due order."""
     recorded: str
-    """string: the server time (ms) at which a service that handles the type last recorded its
-    settings (registry entry, schema, serial field, rate limit). It goes when the server loses
-    its data, with the settings: a dispatcher that finds it gone records them again before it
-    dispatches the type again (see settings_marks.py)."""
+    """string `1`, once a service that handles the type recorded its settings (registry
+    entry, schema, serial field, rate limit). It goes when the server loses its data, with
+    the settings: a dispatcher that finds it gone records them again before it dispatches
+    the type again (see settings_marks.py)."""
 
     @property
     def settling(self) -> tuple[str, str, str, str]:
