@@ -37,6 +37,7 @@ from aioqueue._engine.scripts import LuaScript
 from aioqueue._engine.steps import Steps
 from aioqueue.testing import EmbeddedCluster, EmbeddedServer, find_server_binary
 from tests import server_matrix
+from tests.support import flush_everything
 
 ServerFactory = Callable[..., EmbeddedServer]
 
@@ -201,9 +202,7 @@ async def redis_client(redis_url: str) -> AsyncIterator[RedisClient]:
         # Concurrent first commands on a cluster client that has not loaded its slot map
         # yet can run twice: load it before the test starts any.
         await client.initialize()
-        await client.flushall(target_nodes=RedisCluster.PRIMARIES)
-    else:
-        await client.flushall()
+    await flush_everything(client)
     yield client
     await client.aclose()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
@@ -14,6 +15,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from aioqueue import Event, NoMetrics, event_context
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys
+from aioqueue.testing import EmbeddedServer
 
 T = TypeVar("T")
 
@@ -75,6 +77,33 @@ class Recorder:
         return self.deliveries
 
 
+class KeyWatch:
+    """A handler of OrderStep events (serial key `order_id`) that holds each call `seconds`,
+    records each call's start and end per key, and counts calls of one key that overlapped
+    (must stay 0)."""
+
+    def __init__(self, seconds: float = 0.03) -> None:
+        self.seconds = seconds
+        self.running: dict[int, str] = {}
+        self.overlaps = 0
+        self.most_keys_at_once = 0
+        self.started: dict[int, list[str]] = {}
+        self.first_start = self.last_end = 0.0
+        self.recorder = Recorder()
+
+    async def __call__(self, event: OrderStep) -> bool:
+        if event.order_id in self.running:
+            self.overlaps += 1
+        self.running[event.order_id] = event.id
+        self.most_keys_at_once = max(self.most_keys_at_once, len(self.running))
+        self.started.setdefault(event.order_id, []).append(event.id)
+        self.first_start = self.first_start or time.monotonic()
+        await anyio.sleep(self.seconds)
+        del self.running[event.order_id]
+        self.last_end = time.monotonic()
+        return await self.recorder(event)
+
+
 class DispatchSizes(NoMetrics):
     """Metrics that record how many events each dispatch call moved."""
 
@@ -99,6 +128,21 @@ async def server_time_ms(client: RedisClient) -> int:
     """Now on the server's clock, the one every due time is on."""
     seconds, microseconds = await client.time()
     return int(seconds) * 1000 + int(microseconds) // 1000
+
+
+async def flush_everything(client: RedisClient) -> None:
+    """FLUSHALL on the server, or on every master of a cluster (where it would reach one)."""
+    if isinstance(client, RedisCluster):
+        await client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    else:
+        await client.flushall()
+
+
+async def restart_empty(server: EmbeddedServer) -> None:
+    """SIGKILL, then start again on the same port (in a thread, so clients go on meanwhile):
+    every connection is closed by the server, and without AOF it comes back empty."""
+    server.kill()
+    await anyio.to_thread.run_sync(server.start)
 
 
 def drained(client: RedisClient, keys: QueueKeys) -> Callable[[], Awaitable[bool]]:

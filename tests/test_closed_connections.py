@@ -14,15 +14,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from aioqueue import EventService
 from aioqueue._engine.client import client_from_url
 from aioqueue._engine.keys import QueueKeys
-from aioqueue.testing import EmbeddedCluster, EmbeddedServer
+from aioqueue.testing import EmbeddedCluster
 from tests.conftest import ServerFactory
-from tests.support import PaymentCheck
-
-
-async def restart_empty(server: EmbeddedServer) -> None:
-    """SIGKILL, then start again on the same port: every connection is closed by the server."""
-    server.kill()
-    await anyio.to_thread.run_sync(server.start)
+from tests.support import PaymentCheck, restart_empty
 
 
 async def test_the_first_command_after_a_restart_works_on_a_client_aioqueue_made(

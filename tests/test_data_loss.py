@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import anyio
 import pytest
 import redis.asyncio as redis
-from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._engine.client import RedisClient
@@ -24,7 +22,14 @@ from aioqueue._engine.store import DispatchResult, QueueStore
 from aioqueue._engine.writes import EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
 from tests.conftest import ServerFactory
-from tests.support import OrderStep, PaymentCheck, Recorder
+from tests.support import (
+    KeyWatch,
+    OrderStep,
+    PaymentCheck,
+    Recorder,
+    flush_everything,
+    restart_empty,
+)
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -34,36 +39,15 @@ PAYMENT_CHECK = QueueLayout("aioqueue", "PaymentCheck")
 HOURLY_LIMIT = RateLimit(limit=2, per_ms=3_600_000)
 
 
-class KeyOverlaps:
-    """A handler that holds each OrderStep a little and counts calls of one key that ran at
-    the same time (must stay 0)."""
-
-    def __init__(self) -> None:
-        self.running: set[int] = set()
-        self.overlaps = 0
-        self.recorder = Recorder()
-
-    async def __call__(self, event: OrderStep) -> bool:
-        if event.order_id in self.running:
-            self.overlaps += 1
-        self.running.add(event.order_id)
-        await anyio.sleep(0.02)
-        self.running.discard(event.order_id)
-        return await self.recorder(event)
-
-
 async def lose_all_data(client: RedisClient) -> None:
-    if isinstance(client, RedisCluster):
-        await client.flushall(target_nodes=RedisCluster.PRIMARIES)
-    else:
-        await client.flushall()
+    await flush_everything(client)
     assert [key async for key in client.scan_iter()] == []
 
 
 async def test_a_running_service_records_its_types_again_and_keeps_serial_keys_and_limits(
     service_builder: Builder, redis_client: RedisClient
 ) -> None:
-    steps, checks = KeyOverlaps(), Recorder()
+    steps, checks = KeyWatch(seconds=0.02), Recorder()
     service = service_builder().rate_limit(PaymentCheck, 2, per=3600).build()
     service.add_handler(OrderStep, steps, parallelism=4)
     service.add_handler(PaymentCheck, checks, parallelism=4)
@@ -98,7 +82,7 @@ async def test_a_restart_without_persistence_keeps_serial_keys_of_later_events(
     server_factory: ServerFactory,
 ) -> None:
     server = server_factory()  # no AOF, no snapshots: a restart comes back empty
-    steps = KeyOverlaps()
+    steps = KeyWatch(seconds=0.02)
     service = (
         EventService.builder()
         .url(server.url)
@@ -112,8 +96,7 @@ async def test_a_restart_without_persistence_keeps_serial_keys_of_later_events(
         await service.enqueue(OrderStep(id="before", order_id=1), delay=0)
         await steps.recorder.wait_for(1)
 
-        server.kill()
-        await anyio.to_thread.run_sync(server.start)  # same port, nothing in it
+        await restart_empty(server)
         for n in range(4):
             await service.enqueue(OrderStep(id=f"after-{n}", order_id=7), delay=0)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -25,38 +24,11 @@ from aioqueue import (
 )
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys
-from tests.support import OrderStep, Recorder, wait_until
+from tests.support import KeyWatch, OrderStep, Recorder, wait_until
 from tests.worker_processes import blocking_worker, read_line, worker_log
 
 Builder = Callable[[], EventServiceBuilder]
 KEYS = QueueKeys.for_type("aioqueue", "OrderStep")
-HANDLER_SECONDS = 0.03
-
-
-class KeyWatch:
-    """A handler that records each call's start and end per key, and counts calls of one key
-    that overlapped (must stay 0)."""
-
-    def __init__(self, seconds: float = HANDLER_SECONDS) -> None:
-        self.seconds = seconds
-        self.running: dict[int, str] = {}
-        self.overlaps = 0
-        self.most_keys_at_once = 0
-        self.started: dict[int, list[str]] = {}
-        self.first_start = self.last_end = 0.0
-        self.recorder = Recorder()
-
-    async def __call__(self, event: OrderStep) -> bool:
-        if event.order_id in self.running:
-            self.overlaps += 1
-        self.running[event.order_id] = event.id
-        self.most_keys_at_once = max(self.most_keys_at_once, len(self.running))
-        self.started.setdefault(event.order_id, []).append(event.id)
-        self.first_start = self.first_start or time.monotonic()
-        await anyio.sleep(self.seconds)
-        del self.running[event.order_id]
-        self.last_end = time.monotonic()
-        return await self.recorder(event)
 
 
 def step_id(order: int, step: int) -> str:
@@ -84,7 +56,7 @@ async def test_two_services_run_one_call_per_key_in_due_order_and_keys_in_parall
         assert watch.started[order] == [step_id(order, step) for step in range(steps)]
     # The keys ran side by side: one chain of 40 calls, not 200 calls one after another.
     assert watch.most_keys_at_once >= 3
-    assert watch.last_end - watch.first_start < orders * steps * HANDLER_SECONDS / 2
+    assert watch.last_end - watch.first_start < orders * steps * watch.seconds / 2
 
 
 async def test_a_retry_keeps_its_place_before_later_events_of_its_key(
