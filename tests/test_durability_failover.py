@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import anyio
 import pytest
 import redis.asyncio as redis
-from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays, ServiceState
+from aioqueue._engine.client import client_from_url
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue.testing import EmbeddedCluster, EmbeddedSentinel, EmbeddedServer
 from tests.failover_flow import Flow, Outcome
@@ -245,7 +245,11 @@ async def test_cluster_failover_loses_no_acknowledged_event_with_durability(
 
         return finish
 
-    client = RedisCluster.from_url(cluster.url.replace("+cluster", ""))
+    # The library's own cluster client, which loads a refreshed slot map before it picks a
+    # command's node: redis-py's plain one can open a connection on a node that a refresh
+    # during the failover has dropped, which closing the client never closes (a CI run ended
+    # on ResourceWarnings for four of them).
+    client = client_from_url(cluster.url)
     try:
 
         async def still_pending() -> bool:
