@@ -26,12 +26,15 @@ from aioqueue._recurring.misfire import Misfire, ticks_to_produce
 from aioqueue._recurring.names import claim_name, read_entry, settle
 from aioqueue._recurring.records import (
     ScheduleRecord,
+    after_gone,
+    claim_floor,
     declare,
     declare_record,
     fence,
     list_schedules,
     produce_tick,
     read_record,
+    read_stored,
     still_owned,
 )
 from aioqueue._recurring.spec import ScheduleSpec
@@ -206,17 +209,21 @@ def test_keepers_never_produce_a_tick_twice(
 # types' own slots, then a settle (aioqueue/_recurring/names.py): on a cluster those are
 # separate script calls, and anything may happen between them. So each mover here takes one
 # step at a time, two movers overlap, either may stop for good at any step (a process that
-# died), and keepers of both types read, produce and check ownership in between. After every
-# step: at most one type holds a live record, schedules() lists exactly that one, no type
-# without a live record has a tick still to come, a tick is only produced by the live
-# record's keepers, and once every mover finished, with none dead half-way since the claim
-# of the last one to finish, the directory names the live type (or none, after a removal).
+# died), and keepers of both types read, produce and check ownership in between. A type's
+# slot may lose its data (its node failed over to an empty replica): a keeper that then
+# reads no live record declares the name again where records.after_gone says so, as a
+# mover of its own. After every step: at most one type holds a live record, schedules()
+# lists exactly that one, no type without a live record has a tick still to come, a tick is
+# only produced by the live record's keepers, and once every mover finished, with none dead
+# half-way and no loss since the claim of the last one to finish, the directory names the
+# live type (or none, after a removal): a loss neither revives a removed name nor, once a
+# keeper declared it again, leaves it unheld.
 
 TYPES = ("Beat", "Other")
 TYPE_KEYS = {event_type: QueueKeys.for_type("prop", event_type) for event_type in TYPES}
 NAME_STEPS = st.lists(
     st.tuples(
-        st.sampled_from(["move", "move", "move", "read", "produce", "check", "die"]),
+        st.sampled_from(["move", "move", "move", "read", "produce", "check", "die", "lose"]),
         st.integers(min_value=0, max_value=2),  # mover, or keeper
         st.sampled_from([*TYPES, None]),  # a mover's target type (None: remove the name)
     ),
@@ -253,6 +260,8 @@ class NameModel(SteppedRedis):
         self.last_death = -1
         self.settled = True
         """The last mover to finish claimed after every mover that died half-way."""
+        self.owner: str | None = "Beat"
+        """The target of the latest claim: the type meant to hold the name (None: removed)."""
 
     def apply(self, operation: str, index: int, target: str | None) -> None:
         self.steps += 1
@@ -264,14 +273,25 @@ class NameModel(SteppedRedis):
                 self.movers[index] = None
                 self.last_death = self.steps
                 self.settled = False
+        elif operation == "lose":
+            keys = TYPE_KEYS[TYPES[index % len(TYPES)]]
+            self.run(self.client.delete(keys.schedules, keys.schedule, keys.events))
+            self.last_death = self.steps
+            self.settled = False
         else:
             self.keeper_step(operation, self.keepers[index])
 
     def step_mover(self, index: int, target: str | None) -> None:
         mover = self.movers[index]
         if mover is None:
-            token, stale = self.run(claim_name(self.client, "prop", "beat", target))
+            floor = (
+                0
+                if target is None
+                else self.run(claim_floor(self.client, TYPE_KEYS[target], "beat"))
+            )
+            token, stale = self.run(claim_name(self.client, "prop", "beat", target, floor))
             self.movers[index] = Mover(target, token, stale, claimed_at=self.steps)
+            self.owner = target
         elif mover.to_fence:
             stale_type = mover.to_fence.pop(0)
             self.run(fence(self.client, TYPE_KEYS[stale_type], "beat", mover.token))
@@ -287,7 +307,18 @@ class NameModel(SteppedRedis):
     def keeper_step(self, operation: str, keeper: TypedKeeper) -> None:
         keys = TYPE_KEYS[keeper.event_type]
         if operation == "read" or keeper.seen is None:
-            keeper.seen = self.run(read_record(self.client, keys, "beat"))
+            stored = self.run(read_stored(self.client, keys, "beat"))
+            if isinstance(stored, ScheduleRecord):
+                keeper.seen = stored
+                return
+            keeper.seen = None
+            again, _ = self.run(after_gone(self.client, "prop", keeper.event_type, "beat", stored))
+            # Declared again exactly where the name is meant to be this type's: a lost record
+            # or a declaration under way, never a name that was removed or moved away.
+            assert again == (keeper.event_type == self.owner)
+            idle = [index for index, mover in enumerate(self.movers) if mover is None]
+            if again and idle:  # the keeper's service declares the name again, step by step
+                self.step_mover(idle[0], keeper.event_type)
             return
         seen = keeper.seen
         if operation == "check":

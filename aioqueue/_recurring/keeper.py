@@ -9,7 +9,9 @@ wakes for it), and its id, derived from the tick by the schedule's event factory
 
 Before it produces, a keeper checks that the name directory still gives the name to its
 event type; if another type took it, or it was removed, and a move died before fencing this
-type's record, the keeper fences it itself and stops (see names.py).
+type's record, the keeper fences it itself and stops (see names.py). A keeper that finds its
+record gone without a removal or a move (the server lost its data) declares the schedule
+again and goes on.
 """
 
 from __future__ import annotations
@@ -29,8 +31,15 @@ from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 
 from .misfire import Misfire, ticks_to_produce
-from .names import read_entry
-from .records import ScheduleRecord, declare, produce_tick, read_record, still_owned
+from .records import (
+    ScheduleRecord,
+    Tombstone,
+    after_gone,
+    declare,
+    produce_tick,
+    read_stored,
+    still_owned,
+)
 from .spec import ScheduleSpec
 
 __all__ = ["Misfire", "ScheduleDeclaration", "ScheduleKeeper"]
@@ -65,24 +74,25 @@ class ScheduleKeeper:
         self._warned_spec: str | None = None
 
     async def run(self) -> None:
-        """Keeps the schedule until cancelled, or until the schedule is removed from Redis."""
+        """Keeps the schedule until cancelled, or until the schedule is removed from Redis or
+        moved to another type."""
         declaration = self._declaration
         errors = ErrorBackoff(f"keeping schedule {declaration.name!r}")
         declared = False
-        record: ScheduleRecord | None
+        declared_again = False
         while True:
             try:
                 if not declared:
-                    record = await self._declare()
+                    await self._declare()
                     declared = True
-                else:
-                    record = await read_record(self._client, self._keys, declaration.name)
-                if record is None:
-                    logger.warning(
-                        "schedule %r %s; this service stops keeping it", declaration.name,
-                        await self._why_gone(),
-                    )  # fmt: skip
-                    return
+                stored = await read_stored(self._client, self._keys, declaration.name)
+                if not isinstance(stored, ScheduleRecord):
+                    if not await self._declare_again(stored, declared_again):
+                        return
+                    declared, declared_again = False, True
+                    continue
+                declared_again = False
+                record = stored
                 if _has_a_tick_to_produce(record):
                     owned = await self._still_owned(record)
                     if owned is None:
@@ -102,10 +112,9 @@ class ScheduleKeeper:
             if wait > 0:
                 await anyio.sleep(wait)
 
-    async def _declare(self) -> ScheduleRecord | None:
-        """Declares the schedule; None when a later declaration of the name overtook it."""
+    async def _declare(self) -> None:
         declaration = self._declaration
-        outcome, record = await declare(
+        outcome, _ = await declare(
             self._client, self._prefix, declaration.event_type, declaration.name,
             declaration.spec.key,
         )  # fmt: skip
@@ -114,7 +123,29 @@ class ScheduleKeeper:
                 "schedule %r changed from %r to %r; the pending tick of the old spec is "
                 "cancelled", declaration.name, outcome, declaration.spec.key,
             )  # fmt: skip
-        return record
+
+    async def _declare_again(self, stored: Tombstone | None, just_declared: bool) -> bool:
+        """Whether to declare the schedule again now that this type holds no live record of
+        it (records.after_gone); says why, either way. Not right after declaring it again:
+        a declaration that left no live record behind was overtaken, and the keeper stops."""
+        declaration = self._declaration
+        again, entry = await after_gone(
+            self._client, self._prefix, declaration.event_type, declaration.name, stored
+        )
+        if again and not just_declared:
+            logger.warning(
+                "schedule %r has no record in Redis, yet nothing removed it (the server lost "
+                "its data?); this service declares it again", declaration.name,
+            )  # fmt: skip
+            return True
+        moved_to = None if entry is None else entry.event_type
+        if moved_to == declaration.event_type:
+            moved_to = None  # declared again and at once overtaken: told as a removal
+        logger.warning(
+            "schedule %r %s; this service stops keeping it", declaration.name,
+            _whereabouts(moved_to),
+        )  # fmt: skip
+        return False
 
     async def _still_owned(self, record: ScheduleRecord) -> bool | None:
         """See records.still_owned; says why when the name is no longer this type's."""
@@ -129,12 +160,6 @@ class ScheduleKeeper:
                 _whereabouts(entry.event_type),
             )  # fmt: skip
         return owned
-
-    async def _why_gone(self) -> str:
-        """Why this type's record of the name is gone, as the directory tells."""
-        entry = await read_entry(self._client, self._prefix, self._declaration.name)
-        event_type = None if entry is None else entry.event_type
-        return _whereabouts(None if event_type == self._declaration.event_type else event_type)
 
     async def _step(self, record: ScheduleRecord) -> float:
         """Produces what is due to be produced; returns how long to sleep before the next

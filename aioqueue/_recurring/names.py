@@ -30,6 +30,14 @@ it produces a tick and fences its own record when the name is no longer its type
 ownership check in keeper.py), so a half-done move never leaves a record firing unseen.
 A fencing token rather than only that check, because the check and the tick are two calls:
 a move can fall between them, and only the fence, in the record's own slot, closes that gap.
+
+A server that loses its data (FLUSHALL, a restart without persistence, a failover to an
+empty replica) takes records, tombstones or the directory, on a cluster perhaps only some of
+them. A removal always leaves a tombstone and a directory entry without a type, so a keeper
+that finds no record at all, and no directory entry that gives the name elsewhere, takes it
+for a loss and declares the schedule again (records.after_gone). A directory that starts
+again hands out tokens from 1 while records keep larger ones, so a declaration passes the
+token its type's record holds as the claim's floor (records.claim_floor).
 """
 
 from __future__ import annotations
@@ -85,11 +93,12 @@ class NameEntry:
 
 
 async def claim_name(
-    client: RedisClient, prefix: str, name: str, event_type: str | None
+    client: RedisClient, prefix: str, name: str, event_type: str | None, floor: int = 0
 ) -> tuple[int, list[str]]:
-    """Gives `name` to `event_type` (None: removes it); returns the claim's token and the
-    types whose records the caller must fence with it before going on."""
-    reply = await CLAIM.run(client, [directory_key(prefix)], [name, event_type or ""])
+    """Gives `name` to `event_type` (None: removes it); returns the claim's token, at least
+    `floor`, and the types whose records the caller must fence with it before going on."""
+    args: list[str | int] = [name, event_type or "", floor]
+    reply = await CLAIM.run(client, [directory_key(prefix)], args)
     return int(reply[0]), [text(event_type) for event_type in reply[1:]]
 
 

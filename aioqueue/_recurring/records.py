@@ -30,6 +30,9 @@ __all__ = [
     "ScheduleInfo",
     "ScheduleRecord",
     "TickOutcome",
+    "Tombstone",
+    "after_gone",
+    "claim_floor",
     "declare",
     "declare_record",
     "fence",
@@ -37,6 +40,7 @@ __all__ = [
     "list_schedules",
     "produce_tick",
     "read_record",
+    "read_stored",
     "remove_by_name",
     "still_owned",
 ]
@@ -85,6 +89,23 @@ class ScheduleRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What a fence leaves of a type's record (schedule_fence.lua): the name moved to another
+    type or was removed, by the claim with the token `fenced` (0: unreadable text)."""
+
+    fenced: int
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> Tombstone:
+        try:
+            fields = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return cls(0)
+        fenced = fields.get("fenced") if isinstance(fields, dict) else None
+        return cls(_ms(fenced) or 0)
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleInfo:
     """What `EventService.schedules()` and the operator tools show of one schedule."""
 
@@ -124,14 +145,44 @@ async def declare(
     """Stores the spec under `event_type` (the latest declaration wins; a name held by another
     type moves, see names.py); returns ('created' | 'same' | the replaced spec, the record),
     or ('superseded', None) when a later declaration of the name overtook this one."""
-    token, stale_types = await claim_name(client, prefix, name, event_type)
+    keys = QueueKeys.for_type(prefix, event_type)
+    floor = await claim_floor(client, keys, name)
+    token, stale_types = await claim_name(client, prefix, name, event_type, floor)
     for stale_type in stale_types:
         await fence(client, QueueKeys.for_type(prefix, stale_type), name, token)
-    declared = await declare_record(
-        client, QueueKeys.for_type(prefix, event_type), name, spec, token
-    )
+    declared = await declare_record(client, keys, name, spec, token)
     await settle(client, prefix, name, token)
     return declared
+
+
+async def claim_floor(client: RedisClient, keys: QueueKeys, name: str) -> int:
+    """The least token a declaration under `keys`' type must claim for its record to be
+    written: the record's own token, or one above its tombstone's. Below what the directory
+    hands out anyway, unless the directory lost its data and counts from 1 again (names.py)."""
+    stored = await read_stored(client, keys, name)
+    if isinstance(stored, ScheduleRecord):
+        return stored.token
+    return 0 if stored is None else stored.fenced + 1
+
+
+async def after_gone(
+    client: RedisClient,
+    prefix: str,
+    event_type: str,
+    name: str,
+    stored: Tombstone | None,
+) -> tuple[bool, NameEntry | None]:
+    """What a keeper does when its type holds no live record of `name` (`stored`: a
+    tombstone, or None for no record at all): True to declare the schedule again, with the
+    directory's entry. Again when the directory gives the name to this type (the record was
+    lost, or a declaration of this type is half done), or when neither the record nor the
+    directory entry exists (the data was lost: a removal leaves both). Not when the directory
+    gives the name to another type or says it was removed, nor for a tombstone whose
+    directory entry is gone: the removal or move it records stands."""
+    entry = await read_entry(client, prefix, name)
+    if entry is None:
+        return stored is None, None
+    return entry.event_type == event_type, entry
 
 
 async def declare_record(
@@ -197,9 +248,21 @@ async def produce_tick(
 
 
 async def read_record(client: RedisClient, keys: QueueKeys, name: str) -> ScheduleRecord | None:
+    """The type's live record of `name`, None when there is none."""
+    stored = await read_stored(client, keys, name)
+    return stored if isinstance(stored, ScheduleRecord) else None
+
+
+async def read_stored(
+    client: RedisClient, keys: QueueKeys, name: str
+) -> ScheduleRecord | Tombstone | None:
+    """What the type holds under `name`: a live record, a tombstone (the name moved or was
+    removed; also unreadable text), or None for nothing at all."""
     raw, (seconds, micros) = await within_reply_timeout(_read(client, keys, name))
+    if raw is None:
+        return None
     now = int(seconds) * 1000 + int(micros) // 1000
-    return None if raw is None else ScheduleRecord.parse(raw, now)
+    return ScheduleRecord.parse(raw, now) or Tombstone.parse(raw)
 
 
 async def _read(client: RedisClient, keys: QueueKeys, name: str) -> tuple[Any, Any]:

@@ -9,10 +9,12 @@
 -- them to be fenced by the next claim, or by their own keepers.
 -- KEYS[1] the directory (hash: name -> JSON {type, token, from}; a removed name keeps
 --   {token}, so tokens only grow; a plain type name was written before tokens, token 0)
--- ARGV[1] name   ARGV[2] event type, or '' to remove the name
+-- ARGV[1] name   ARGV[2] event type, or '' to remove the name   ARGV[3] the least token the
+--   claim may take (optional): a directory that lost its data starts again below the tokens
+--   the types' records still hold, and a declaration under a smaller one would be refused
 -- Returns {token, type to fence, type to fence, ...}; with no type to fence and no change of
 -- owner, nothing is written.
-local name, wanted = ARGV[1], ARGV[2]
+local name, wanted, floor = ARGV[1], ARGV[2], tonumber(ARGV[3]) or 0
 local raw = redis.call('HGET', KEYS[1], name)
 local entry = nil
 if raw then
@@ -33,12 +35,13 @@ if entry and type(entry.from) == 'table' then
   end
 end
 add_stale(owner)
-if wanted ~= '' and owner == wanted and #stale == 0 then
+if wanted ~= '' and owner == wanted and #stale == 0 and token >= floor then
   return {token}
 end
 if wanted == '' or owner ~= wanted then
   token = token + 1
 end
+token = math.max(token, floor)
 local fresh = {token = token}
 if wanted ~= '' then
   fresh.type = wanted
