@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from aioqueue import EventServiceBuilder
+from aioqueue import EventService, EventServiceBuilder
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys
 from aioqueue._recurring.names import directory_key, read_entry
@@ -38,14 +38,20 @@ def tick_of(event_id: str) -> int:
     return int(event_id.removeprefix("beat-"))
 
 
+def beating_service(service_builder: Builder, handled: Recorder) -> EventService:
+    """A service that keeps the "beat" schedule (every 0.2 s) and handles its ticks."""
+    service = service_builder().build()
+    service.add_schedule("beat", every=0.2, event=beat)
+    service.add_handler(Beat, handled, parallelism=2)
+    return service
+
+
 async def test_a_schedule_keeps_ticking_after_the_server_lost_its_data(
     service_builder: Builder, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="aioqueue")
     handled = Recorder()
-    service = service_builder().build()
-    service.add_schedule("beat", every=0.2, event=beat)
-    service.add_handler(Beat, handled, parallelism=2)
+    service = beating_service(service_builder, handled)
     async with service:
         await handled.wait_for(2)
         await flush_everything(redis_client)
@@ -73,9 +79,7 @@ async def test_a_lost_directory_under_records_of_later_tokens_keeps_the_schedule
     assert stored.token == 3
 
     handled = Recorder()
-    service = service_builder().build()
-    service.add_schedule("beat", every=0.2, event=beat)
-    service.add_handler(Beat, handled, parallelism=2)
+    service = beating_service(service_builder, handled)
     async with service:
         await handled.wait_for(1)
         await redis_client.delete(directory_key("aioqueue"))
