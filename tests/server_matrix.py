@@ -218,6 +218,7 @@ MATRIX_MODULES = frozenset(
         "test_rate_limit",
         "test_schedules",  # recurring events
         "test_schedule_names",
+        "test_schedule_data_loss",
         "test_sentinel_failover",
         "test_serial_keys",
     }
@@ -245,6 +246,7 @@ CORE_TESTS = frozenset(
         "test_rate_limit::test_the_recorded_limit_holds_for_a_service_configured_otherwise",
         "test_schedules::test_missed_ticks_follow_the_misfire_policy",
         "test_schedule_names::test_declaring_a_name_under_another_type_moves_it_and_remove_removes_it",
+        "test_schedule_data_loss::test_a_lost_directory_under_records_of_later_tokens_keeps_the_schedule",
         "test_serial_keys::test_a_retry_keeps_its_place_before_later_events_of_its_key",
         "test_sentinel_failover::test_a_killed_primary_fails_over_and_every_event_is_delivered",
     }
