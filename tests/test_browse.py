@@ -21,7 +21,7 @@ from aioqueue._engine.client import RedisClient
 from aioqueue._engine.envelope import Envelope
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.store import QueueStore
-from tests.support import PaymentCheck, Recorder, server_time_ms, wait_until
+from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder, server_time_ms, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -203,6 +203,7 @@ async def test_pages_follow_schedule_order_across_partitions(
             await service.pending(PaymentCheck, cursor="not-a-cursor")
 
 
+@EVERY_TOPOLOGY
 async def test_inspect_tells_every_state_of_an_event(
     service_builder: Builder, redis_client: RedisClient
 ) -> None:

@@ -23,6 +23,7 @@ from aioqueue._engine.writes import EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
 from tests.conftest import ServerFactory
 from tests.support import (
+    EVERY_TOPOLOGY,
     KeyWatch,
     OrderStep,
     PaymentCheck,
@@ -44,6 +45,7 @@ async def lose_all_data(client: RedisClient) -> None:
     assert [key async for key in client.scan_iter()] == []
 
 
+@EVERY_TOPOLOGY
 async def test_a_running_service_records_its_types_again_and_keeps_serial_keys_and_limits(
     service_builder: Builder, redis_client: RedisClient
 ) -> None:

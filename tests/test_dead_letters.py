@@ -14,7 +14,7 @@ import pytest
 
 from aioqueue import EventServiceBuilder, FixedDelays
 from aioqueue._engine.client import RedisClient
-from tests.support import PaymentCheck, Recorder, queue_key, wait_until
+from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder, queue_key, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -68,6 +68,7 @@ async def nothing_pending(client: RedisClient) -> bool:
         ("times-out", "check_payment timed out after 0.2 s"),
     ],
 )
+@EVERY_TOPOLOGY
 async def test_failures_are_retried_then_dead_lettered_and_requeue_revives_them(
     service_builder: Builder, redis_client: RedisClient, how: Failure, error: str
 ) -> None:

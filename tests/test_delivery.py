@@ -23,7 +23,15 @@ from aioqueue import Event, EventServiceBuilder, ServiceState
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.envelope import text
 from tests.conftest import ServerFactory
-from tests.support import PaymentCheck, Recorder, all_keys, queue_key, server_time_ms, wait_until
+from tests.support import (
+    EVERY_TOPOLOGY,
+    PaymentCheck,
+    Recorder,
+    all_keys,
+    queue_key,
+    server_time_ms,
+    wait_until,
+)
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -189,6 +197,7 @@ async def test_due_times_follow_the_server_clock_not_the_local_one(
     assert 0.299 <= delivered_at[0] - started < 1.5
 
 
+@EVERY_TOPOLOGY
 async def test_services_sharing_a_queue_deliver_each_event_exactly_once(
     service_builder: Builder, redis_url: str, redis_client: RedisClient
 ) -> None:
@@ -355,6 +364,7 @@ async def test_a_consumer_takes_no_more_events_than_it_has_free_slots(
     assert Counter(gate.recorder.ids) == Counter(ids)
 
 
+@EVERY_TOPOLOGY
 async def test_success_deletes_only_the_version_that_was_delivered(
     service_builder: Builder, redis_client: RedisClient
 ) -> None:
@@ -415,6 +425,7 @@ async def test_cancel_drops_an_event_already_waiting_in_the_ready_list(
     assert gate.recorder.ids == ["blocker", "p-2"]
 
 
+@EVERY_TOPOLOGY
 async def test_cancel_during_a_failing_handler_leaves_no_retry(
     service_builder: Builder, redis_client: RedisClient
 ) -> None:

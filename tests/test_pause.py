@@ -16,7 +16,7 @@ from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueLayout
 from aioqueue._engine.store import QueueStore
 from tests.ops_support import api_client, run_cli, serve
-from tests.support import PaymentCheck, Recorder, wait_until
+from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -31,6 +31,7 @@ async def script_calls(client: RedisClient) -> int:
     return sum(node.get("cmdstat_fcall", {}).get("calls", 0) for node in nodes)
 
 
+@EVERY_TOPOLOGY
 async def test_nothing_is_handled_while_paused_and_all_in_due_order_after(
     service_builder: Builder, redis_client: RedisClient
 ) -> None:

@@ -24,7 +24,7 @@ from aioqueue._recurring.records import (
     remove_by_name,
 )
 from aioqueue._recurring.spec import ScheduleSpec
-from tests.support import Recorder, flush_everything
+from tests.support import EVERY_TOPOLOGY, Recorder, flush_everything
 from tests.workers.schedule_worker import Beat, beat
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -46,6 +46,7 @@ def beating_service(service_builder: Builder, handled: Recorder) -> EventService
     return service
 
 
+@EVERY_TOPOLOGY
 async def test_a_schedule_keeps_ticking_after_the_server_lost_its_data(
     service_builder: Builder, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:

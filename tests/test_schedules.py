@@ -23,7 +23,7 @@ from aioqueue._engine.keys import QueueKeys
 from aioqueue._recurring.records import ScheduleInfo, read_record
 from aioqueue._recurring.spec import ScheduleSpec
 from tests.ops_support import ROOT
-from tests.support import Recorder, server_time_ms, wait_until
+from tests.support import EVERY_TOPOLOGY, Recorder, server_time_ms, wait_until
 from tests.workers.schedule_worker import Beat, beat
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -38,6 +38,7 @@ def tick_of(event_id: str) -> int:
     return int(event_id.removeprefix("beat-"))
 
 
+@EVERY_TOPOLOGY
 async def test_three_services_produce_exactly_one_event_per_tick(service_builder: Builder) -> None:
     handled = Recorder()
     services = [service_builder().build() for _ in range(3)]

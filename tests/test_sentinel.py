@@ -281,3 +281,16 @@ async def test_a_service_reaches_primary_and_sentinels_over_tls_only(
                 await client.ping()
     finally:
         await anyio.to_thread.run_sync(group.stop)
+
+
+@pytest.mark.backends("sentinel")
+async def test_the_sentinel_backend_reaches_a_replicated_primary_through_its_sentinels(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The suite's "sentinel" backend (tests/conftest.py) is what its name says: the tests
+    marked with it talk to a primary with a replica, found through the sentinels."""
+    assert redis_url.startswith("redis+sentinel://")
+    assert isinstance(redis_client, SentinelPrimary)
+    replication = await redis_client.info("replication")
+    assert replication["role"] == "master"
+    assert replication["connected_slaves"] == 1

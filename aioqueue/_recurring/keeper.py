@@ -96,7 +96,8 @@ class ScheduleKeeper:
                 if _has_a_tick_to_produce(record):
                     owned = await self._still_owned(record)
                     if owned is None:
-                        declared = False  # the directory lost the name: claim it again
+                        _log_declared_again(declaration.name, "the name directory")
+                        declared = False
                         continue
                     if not owned:
                         return
@@ -133,10 +134,7 @@ class ScheduleKeeper:
             self._client, self._prefix, declaration.event_type, declaration.name, stored
         )
         if again and not just_declared:
-            logger.warning(
-                "schedule %r has no record in Redis, yet nothing removed it (the server lost "
-                "its data?); this service declares it again", declaration.name,
-            )  # fmt: skip
+            _log_declared_again(declaration.name, "its record")
             return True
         moved_to = None if entry is None else entry.event_type
         if moved_to == declaration.event_type:
@@ -234,6 +232,13 @@ class ScheduleKeeper:
 def _has_a_tick_to_produce(record: ScheduleRecord) -> bool:
     """No tick produced yet, or the latest one's time has come."""
     return record.tick is None or record.tick <= record.now
+
+
+def _log_declared_again(name: str, what_is_gone: str) -> None:
+    logger.warning(
+        "schedule %r: %s is gone from Redis, yet nothing removed the schedule (the server "
+        "lost its data?); this service declares it again", name, what_is_gone,
+    )  # fmt: skip
 
 
 def _whereabouts(event_type: str | None) -> str:
