@@ -16,7 +16,7 @@ from aioqueue._engine.keys import QueueLayout
 from aioqueue._engine.rate_limits import read_rate_limit
 from aioqueue._model.rate_limit import RateLimit
 from tests.ops_support import run_cli
-from tests.support import PaymentCheck, Recorder, wait_until
+from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
 LAYOUT = QueueLayout("aioqueue", "PaymentCheck")
@@ -78,6 +78,7 @@ async def test_two_services_never_start_more_than_the_limit_in_any_window(
     assert max(claims.lateness_ms) - min(claims.lateness_ms) >= (EVENTS // LIMIT - 1) * WINDOW_MS
 
 
+@EVERY_TOPOLOGY
 async def test_the_recorded_limit_holds_for_a_service_configured_otherwise(
     service_builder: Builder, caplog: pytest.LogCaptureFixture, redis_client: RedisClient
 ) -> None:

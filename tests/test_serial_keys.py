@@ -24,7 +24,7 @@ from aioqueue import (
 )
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys
-from tests.support import KeyWatch, OrderStep, Recorder, wait_until
+from tests.support import EVERY_TOPOLOGY, KeyWatch, OrderStep, Recorder, wait_until
 from tests.worker_processes import blocking_worker, read_line, worker_log
 
 Builder = Callable[[], EventServiceBuilder]
@@ -59,6 +59,7 @@ async def test_two_services_run_one_call_per_key_in_due_order_and_keys_in_parall
     assert watch.last_end - watch.first_start < orders * steps * watch.seconds / 2
 
 
+@EVERY_TOPOLOGY
 async def test_a_retry_keeps_its_place_before_later_events_of_its_key(
     service_builder: Builder,
 ) -> None:
