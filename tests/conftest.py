@@ -20,6 +20,9 @@ The server matrix: `--servers` decides which other versions a test whose runs in
 - `NAME,...`: every test of the matrix modules on these versions, where NAME is a name of
   the matrix or `NAME=PATH` for a binary of your own (`--servers redis-7.2=/opt/bin/redis-server`).
 A version whose binary is the default server's is not run twice.
+
+`--topologies all` runs every test marked for "standalone" and "cluster" through the Sentinel
+group too; by default (`core`) only the tests marked for "sentinel" do.
 """
 
 from __future__ import annotations
@@ -56,6 +59,13 @@ _MATRIX_SELECTION = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--topologies",
+        default="core",
+        choices=("core", "all"),
+        help='core (default): only tests marked for "sentinel" run through Sentinel; all: '
+        "every test that runs on one server and on the cluster runs through Sentinel too",
+    )
     parser.addoption(
         "--servers",
         default="core",
@@ -118,8 +128,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         raise pytest.UsageError(f"backends() takes names from {BACKENDS}, got {backends}")
     if "standalone" in backends:
         backends += _other_versions(metafunc)
+    if _every_topology(metafunc.config, backends):
+        backends.append("sentinel")
     if marker is not None or backends != ["standalone"]:
         metafunc.parametrize("redis_backend", backends, indirect=True)
+
+
+def _every_topology(config: pytest.Config, backends: list[str]) -> bool:
+    """With `--topologies all`, a test that runs on one server and on the cluster runs
+    through the Sentinel group as well."""
+    wanted = {"standalone", "cluster"} <= set(backends) and "sentinel" not in backends
+    return wanted and config.getoption("topologies") == "all"
 
 
 def _other_versions(metafunc: pytest.Metafunc) -> list[str]:
