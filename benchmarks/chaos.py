@@ -15,7 +15,9 @@ schedules every event before the window opens. While events come due the driver
 
 With `--cluster` the same runs on a 3-master cluster: a cut closes one client connection
 of a random master, and the crash is one master's (chaos_topology.py). `--partitions N`
-spreads the main event type over N partitions, and so over the masters.
+spreads the main event type over N partitions, and so over the masters. `--replicas N`
+gives each master N replicas, and the crash becomes a failover: the master is killed, its
+replica promoted, and the old master comes back as a replica.
 
 Each worker appends one line per handler call (`id  due_ms  now_ms`) to a file of its own
 with a single write(2) on an O_APPEND descriptor, *before* the handler returns and the event
@@ -33,8 +35,8 @@ their limit violations and overlapping calls of one key must be 0.
 At the end: delivered, duplicated, lost (scheduled, never handed to a handler, not dead),
 dead, invented (delivered but never scheduled), the lateness of first deliveries, and the
 schedule's ticks missing between the first and the last delivered one. The exit status is 1
-if anything was invented or wrongly dead, or, with AOF on, lost, left pending or a tick
-missing.
+if anything was invented or wrongly dead, or, with AOF on or replicas, lost, left pending or
+a tick missing.
 Every loop is bounded in count and in time; all traffic stays on 127.0.0.1.
 """
 
@@ -323,7 +325,7 @@ async def drive(args: argparse.Namespace) -> Report:
         logs = scratch_dir / "logs"
         logs.mkdir()
         topology = (
-            cluster(aof=args.aof)
+            cluster(aof=args.aof, replicas=args.replicas)
             if args.cluster
             else single_server(scratch_dir / "server", aof=args.aof)
         )
@@ -420,6 +422,7 @@ async def drive(args: argparse.Namespace) -> Report:
     return Report(
         topology=target.name,
         partitions=args.partitions,
+        replicas=args.replicas,
         aof=args.aof,
         faults=args.faults,
         events=args.events,
@@ -505,6 +508,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--partitions", type=int, default=1, help="partitions of the main event type"
     )
     parser.add_argument(
+        "--replicas",
+        type=int,
+        default=0,
+        help="with --cluster: replicas per master; the crash is then a failover",
+    )
+    parser.add_argument(
         "--no-faults",
         dest="faults",
         action="store_false",
@@ -526,6 +535,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write the report here as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     namespace = parser.parse_args(argv)
+    if namespace.replicas and not namespace.cluster:
+        parser.error("--replicas needs --cluster")
     namespace.command = "run"
     return namespace
 
@@ -542,7 +553,8 @@ def main(argv: Sequence[str]) -> int:
     flow = report.flow
     failed = report.invented > 0 or report.dead_unexpected > 0
     failed = failed or flow.limit_violations > 0 or flow.key_overlaps > 0
-    if report.aof:
+    if report.aof or report.replicas:
+        # Kept on disk, or on the replica that takes over: nothing may be missing.
         failed = failed or report.lost > 0 or not report.drained or report.tick_gaps > 0
         failed = failed or flow.lost > 0
     return 1 if failed else 0

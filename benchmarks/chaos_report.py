@@ -36,9 +36,11 @@ class Chaos:
 @dataclass
 class Report:
     topology: str
-    """SINGLE_SERVER or CLUSTER."""
+    """SINGLE_SERVER, or CLUSTER (with its replicas, if any)."""
     partitions: int
     """Partitions of the main event type."""
+    replicas: int
+    """Replicas per master of the cluster (the crash is then a failover)."""
     aof: bool
     faults: bool
     events: int

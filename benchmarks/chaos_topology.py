@@ -9,7 +9,11 @@
   between two commands, so a pipelined round trip to several nodes (a partitioned batch)
   loses the replies of some nodes and not others; the crash is a SIGKILL (or SIGTERM) of one
   master, started again on its AOF with the same slots, answering CLUSTERDOWN for the 2 s
-  a cluster node waits before it takes writes again.
+  a cluster node waits before it takes writes again. With replicas (`replicas` > 0) the
+  crash is a failover: one master is SIGKILLed, its replica is promoted once the others
+  mark the master failed (a 1 s node timeout), and the old master starts again as a replica
+  of the new one. Replication is asynchronous, so the writes of the master's last moments
+  may be missing on the replica: the chaos run shows what that costs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from aioqueue.testing import CuttingProxy, EmbeddedCluster, EmbeddedServer
 __all__ = ["Cluster", "SingleServer", "Target", "cluster", "single_server"]
 
 MASTERS = 3
+FAILOVER_NODE_TIMEOUT_MS = 1000
 
 
 @asynccontextmanager
@@ -44,14 +49,21 @@ async def single_server(directory: Path, *, aof: bool) -> AsyncIterator[SingleSe
 
 
 @asynccontextmanager
-async def cluster(*, aof: bool) -> AsyncIterator[Cluster]:
-    """An embedded cluster of 3 masters without replicas (AOF as asked, `appendfsync
-    everysec`; each node keeps its directory across its restarts), stopped on exit."""
-    nodes = EmbeddedCluster(masters=MASTERS, extra_args=["--appendonly", "yes" if aof else "no"])
+async def cluster(*, aof: bool, replicas: int = 0) -> AsyncIterator[Cluster]:
+    """An embedded cluster of 3 masters, with `replicas` replicas each (AOF as asked,
+    `appendfsync everysec`; each node keeps its directory across its restarts), stopped on
+    exit."""
+    nodes = EmbeddedCluster(
+        masters=MASTERS,
+        replicas_per_master=replicas,
+        # A failover starts once a master has not answered for the node timeout.
+        node_timeout_ms=FAILOVER_NODE_TIMEOUT_MS if replicas else 5000,
+        extra_args=["--appendonly", "yes" if aof else "no"],
+    )
     # About 2 s (a fresh master's writable delay): in a thread, as is stopping.
     await anyio.to_thread.run_sync(nodes.start)
     try:
-        yield Cluster(nodes)
+        yield Cluster(nodes, replicas)
     finally:
         await anyio.to_thread.run_sync(nodes.stop)
 
@@ -98,11 +110,11 @@ class SingleServer:
 class Cluster:
     """Everyone reaches the nodes directly."""
 
-    name = CLUSTER
-
-    def __init__(self, nodes: EmbeddedCluster) -> None:
+    def __init__(self, nodes: EmbeddedCluster, replicas: int) -> None:
         self._nodes = nodes
+        self._replicas = replicas
         self._cuts = 0
+        self.name = CLUSTER if not replicas else f"{CLUSTER} with {replicas} replica(s) each"
 
     @property
     def worker_url(self) -> str:
@@ -131,6 +143,9 @@ class Cluster:
             pass  # the node is down (the crash): nothing to cut there
 
     async def crash_and_restart(self, how: str, rng: random.Random) -> None:
+        if self._replicas:
+            await self._fail_over(how, rng)
+            return
         node = rng.choice(self._nodes.live_nodes)
         if how == "kill":
             await anyio.to_thread.run_sync(self._nodes.kill, node)
@@ -141,8 +156,22 @@ class Cluster:
         # CLUSTERDOWN for its first 2 s).
         await anyio.to_thread.run_sync(self._nodes.wait_until_ok)
 
+    async def _fail_over(self, how: str, rng: random.Random) -> None:
+        """Stops a random master (SIGKILL or SIGTERM), waits until its replica serves its
+        slots, then starts it again: it rejoins as a replica of the promoted node."""
+        master = rng.choice(await anyio.to_thread.run_sync(self._nodes.masters))
+        await anyio.to_thread.run_sync(self._nodes.kill if how == "kill" else _stop, master)
+        await anyio.to_thread.run_sync(self._nodes.wait_for_new_master, master)
+        await anyio.to_thread.run_sync(self._nodes.restart, master)
+        await anyio.to_thread.run_sync(self._nodes.wait_until_ok)
+
     def count_cuts(self, chaos: Chaos) -> None:
         chaos.connections_cut = self._cuts
+
+
+def _stop(node: EmbeddedServer) -> None:
+    """SIGTERM, keeping the node's directory for its restart."""
+    node.stop(keep_data=True)
 
 
 Target = SingleServer | Cluster

@@ -3,7 +3,8 @@ cut connections and a server SIGKILL with AOF on, with sync handlers on half the
 a recurring schedule that misses no tick, and rate-limit and serial-key types that keep their
 promises through it all; on one server, and on a 3-master cluster with the main type in 4
 partitions (a cut there closes a connection at a node, between two of its commands; the
-crash is one master's)."""
+crash is one master's), without replicas and with one per master (the crash is then a
+failover)."""
 
 from __future__ import annotations
 
@@ -26,16 +27,17 @@ WORKERS = 2
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "topology",
-    [[], ["--cluster", "--partitions", "4"]],
-    ids=["single-server", "cluster-partitioned"],
+    [[], ["--cluster", "--partitions", "4"], ["--cluster", "--partitions", "4", "--replicas", "1"]],
+    ids=["single-server", "cluster-partitioned", "cluster-failover"],
 )
-def test_a_small_chaos_run_with_aof_loses_nothing(
+def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     tmp_path: pathlib.Path, topology: list[str]
 ) -> None:
     """3,000 events due over 8 s, 2 workers killed with SIGKILL every 1.5-3 s and restarted,
     connections cut every 0.1-0.4 s, and the server (on a cluster one master) SIGKILLed and
-    restarted on its AOF halfway: every healthy event must reach a handler, every poisoned
-    one the dead letters, and nothing may be invented or left pending."""
+    restarted on its AOF halfway, or, on a cluster with a replica per master, failed over
+    to its replica and back as a replica: every healthy event must reach a handler, every
+    poisoned one the dead letters, and nothing may be invented or left pending."""
     report_path = tmp_path / "chaos.json"
     result = subprocess.run(
         [
