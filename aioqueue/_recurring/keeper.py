@@ -82,10 +82,12 @@ class ScheduleKeeper:
         declared_again = False
         while True:
             try:
+                stored: ScheduleRecord | Tombstone | None = None
                 if not declared:
-                    await self._declare()
+                    stored = await self._declare()
                     declared = True
-                stored = await read_stored(self._client, self._keys, declaration.name)
+                if stored is None:  # overtaken as it declared, or declared a while ago
+                    stored = await read_stored(self._client, self._keys, declaration.name)
                 if not isinstance(stored, ScheduleRecord):
                     if not await self._declare_again(stored, declared_again):
                         return
@@ -113,9 +115,11 @@ class ScheduleKeeper:
             if wait > 0:
                 await anyio.sleep(wait)
 
-    async def _declare(self) -> None:
+    async def _declare(self) -> ScheduleRecord | None:
+        """Declares the schedule; the record it wrote, None when a later declaration of the
+        name overtook it."""
         declaration = self._declaration
-        outcome, _ = await declare(
+        outcome, record = await declare(
             self._client, self._prefix, declaration.event_type, declaration.name,
             declaration.spec.key,
         )  # fmt: skip
@@ -124,6 +128,7 @@ class ScheduleKeeper:
                 "schedule %r changed from %r to %r; the pending tick of the old spec is "
                 "cancelled", declaration.name, outcome, declaration.spec.key,
             )  # fmt: skip
+        return record
 
     async def _declare_again(self, stored: Tombstone | None, just_declared: bool) -> bool:
         """Whether to declare the schedule again now that this type holds no live record of
