@@ -1,5 +1,5 @@
-"""How the dispatcher sizes its calls to the local consumer and keeps its ready list topped
-up, through the public API on a real server."""
+"""How the dispatcher sizes its calls to the local consumer, keeps its ready list topped up
+and calls only the queues whose time has come, through the public API on a real server."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from aioqueue import EventServiceBuilder
 from aioqueue._delivery import dispatcher
-from tests.support import DispatchSizes, PaymentCheck, Recorder, wait_until
+from aioqueue._engine.store import DispatchResult, QueueStore
+from tests.support import DispatchSizes, OrderTimeout, PaymentCheck, Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 
@@ -66,6 +67,33 @@ async def test_claims_wake_a_dispatcher_that_a_full_ready_list_held_back(
     assert Counter(handler.ids) == Counter(event.id for event in events)
     # The ready list holds two batches (40): most of the 500 came in refills of a call each.
     assert len(metrics.sizes) >= 500 // 20
+
+
+async def test_a_pass_leaves_alone_a_queue_with_nothing_due(
+    service_builder: Builder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events of one type due one after another bring a pass each; another handled type with
+    nothing pending is not called in them (before, every pass called every queue)."""
+    calls: Counter[str] = Counter()
+    dispatch = QueueStore.dispatch
+
+    async def counted_dispatch(store: QueueStore, **options: int | bool) -> DispatchResult:
+        calls[store.event_type] += 1
+        return await dispatch(store, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(QueueStore, "dispatch", counted_dispatch)
+    handler = Recorder()
+    async with service_builder().scheduling_interval(3600).build() as service:
+        service.add_handler(OrderTimeout, Recorder())
+        service.add_handler(PaymentCheck, handler)
+        for n in range(6):
+            await service.enqueue(PaymentCheck(id=f"p-{n}", order_id=n), 0.1 + 0.06 * n)
+        await handler.wait_for(1)
+        before = calls.copy()
+        await handler.wait_for(6)
+    assert handler.ids == [f"p-{n}" for n in range(6)]
+    assert calls["PaymentCheck"] - before["PaymentCheck"] >= 3  # the passes were there
+    assert calls["OrderTimeout"] == before["OrderTimeout"]
 
 
 def counted(metrics: DispatchSizes, events: int) -> Callable[[], Awaitable[bool]]:

@@ -16,18 +16,21 @@ pytestmark = pytest.mark.backends("standalone", "cluster")
 Builder = Callable[[], EventServiceBuilder]
 
 
+@pytest.mark.parametrize("partitions", [1, 4])
 async def test_an_enqueue_from_another_process_wakes_a_sleeping_dispatcher(
-    service_builder: Builder, redis_url: str
+    service_builder: Builder, redis_url: str, partitions: int
 ) -> None:
     """With a 5 s scheduling interval, a sooner event from another client still arrives on time.
 
     The producer shares nothing with the worker but the server, as another process would;
-    only the queue's wake list can tell the sleeping dispatcher.
+    only the queue's wake list can tell the sleeping dispatcher, and it wakes that queue (the
+    event's partition) alone.
     """
     handler = Recorder()
     producer_client = client_from_url(redis_url)
-    producer = EventService.builder().client(producer_client).enable_scheduling(False).build()
-    worker = service_builder().scheduling_interval(5).build()
+    producer_builder = EventService.builder().client(producer_client).enable_scheduling(False)
+    producer = producer_builder.partitions(PaymentCheck, partitions).build()
+    worker = service_builder().scheduling_interval(5).partitions(PaymentCheck, partitions).build()
     async with worker:
         worker.add_handler(PaymentCheck, handler)
         await producer.enqueue(PaymentCheck(id="later", order_id=0), 3600)
