@@ -6,9 +6,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from aioqueue import EventService, EventServiceBuilder
 from aioqueue._engine.client import client_from_url
+from aioqueue._engine.store import DispatchResult, QueueStore
 from tests.support import PaymentCheck, Recorder
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -43,6 +45,42 @@ async def test_an_enqueue_from_another_process_wakes_a_sleeping_dispatcher(
         await handler.wait_for(2, within=3)
         elapsed = time.monotonic() - started
     await producer_client.aclose()
+    assert handler.ids == ["warm-up", "soon"]
+    assert 0.19 <= elapsed < 1.0
+
+
+async def test_a_wake_up_outlives_a_pass_that_failed(
+    service_builder: Builder, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass that a lost connection ends has taken its queues' wake-ups and may not have
+    made their calls: the pass after the error calls every queue, so the sooner event does
+    not wait for its queue's own time (the warm-up's lease, 2 s on)."""
+    failed: list[str] = []
+    dispatch = QueueStore.dispatch
+
+    async def fail_once(store: QueueStore, **options: int | bool) -> DispatchResult:
+        if armed and not failed:
+            failed.append(store.event_type)
+            raise RedisConnectionError("connection lost (injected)")
+        return await dispatch(store, **options)  # type: ignore[arg-type]
+
+    armed = False
+    monkeypatch.setattr(QueueStore, "dispatch", fail_once)
+    handler = Recorder()
+    producer_client = client_from_url(redis_url)
+    producer = EventService.builder().client(producer_client).enable_scheduling(False).build()
+    worker = service_builder().scheduling_interval(5).build()
+    async with worker:
+        worker.add_handler(PaymentCheck, handler)
+        await producer.enqueue(PaymentCheck(id="warm-up", order_id=1), 0)
+        await handler.wait_for(1, within=3)
+        armed = True
+        started = time.monotonic()
+        await producer.enqueue(PaymentCheck(id="soon", order_id=2), 0.2)
+        await handler.wait_for(2, within=3)
+        elapsed = time.monotonic() - started
+    await producer_client.aclose()
+    assert failed == ["PaymentCheck"]
     assert handler.ids == ["warm-up", "soon"]
     assert 0.19 <= elapsed < 1.0
 

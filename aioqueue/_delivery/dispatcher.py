@@ -122,6 +122,9 @@ class Dispatcher:
             try:
                 pause = await self._dispatch_all(watchers)
             except REDIS_ERRORS as exc:
+                # The pass took its queues' wake-ups and may not have made their calls: the
+                # next one calls every queue.
+                self._all_woken = True
                 await errors.sleep_after(exc)
                 continue
             errors.reset()
