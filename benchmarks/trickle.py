@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import collections
 import json
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, make_dataclass
@@ -30,7 +29,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 import redis
-from common import CONCURRENCY, IN_FLIGHT, RESULT_MARKER, JsonDict
+from common import (
+    CONCURRENCY,
+    IN_FLIGHT,
+    RESULT_MARKER,
+    JsonDict,
+    cpu_seconds,
+    run_in_flight,
+    spread_delays,
+)
 
 from aioqueue import Event, EventService, EventServiceBuilder
 from aioqueue._engine import scripts, store
@@ -107,24 +114,22 @@ async def one_run(url: str, ports: Sequence[int], options: argparse.Namespace) -
         await producer.enqueue(Tick(id="warm-up", index=-1), 0)
         await asyncio.wait_for(warm.wait(), 60)
         start = time.time()
-        rng = random.Random(SEED)
         dues = [
-            datetime.fromtimestamp(start + LEAD + rng.random() * SPREAD, timezone.utc)
-            for _ in range(options.events)
+            datetime.fromtimestamp(start + LEAD + offset, timezone.utc)
+            for offset in spread_delays(options.events, SPREAD, SEED)
         ]
-        in_flight = asyncio.Semaphore(IN_FLIGHT)
 
-        async def enqueue(index: int) -> None:
-            async with in_flight:
+        async def enqueue(indices: range) -> None:
+            for index in indices:
                 await producer.enqueue(Tick(id=f"t-{index}", index=index), at=dues[index])
 
-        await asyncio.gather(*(enqueue(index) for index in range(options.events)))
+        await run_in_flight(options.events, 1, IN_FLIGHT, enqueue)
         if time.time() > start + LEAD:
             raise RuntimeError("the enqueueing outlasted the lead: delivery overlapped it")
         calls.clear()
-        cpu, servers = time.process_time(), server_cpu(ports)
+        cpu, servers = cpu_seconds(), server_cpu(ports)
         await asyncio.wait_for(all_seen.wait(), 60)
-        cpu, servers = time.process_time() - cpu, server_cpu(ports) - servers
+        cpu, servers = cpu_seconds() - cpu, server_cpu(ports) - servers
     per_event = {name: count / options.events for name, count in sorted(calls.items())}
     return {
         "calls_per_event": per_event,
