@@ -17,7 +17,11 @@ With `--cluster` the same runs on a 3-master cluster: a cut closes one client co
 of a random master, and the crash is one master's (chaos_topology.py). `--partitions N`
 spreads the main event type over N partitions, and so over the masters. `--replicas N`
 gives each master N replicas, and the crash becomes a failover: the master is killed, its
-replica promoted, and the old master comes back as a replica.
+replica promoted, and the old master comes back as a replica; a producer with
+`durability(replicas=N)` then enqueues events all through the window, and none it was told
+were stored may be lost (chaos_durable.py). `--sentinel` runs it on a primary with a replica
+(or `--replicas N`) behind three sentinels: a cut closes a client connection of the
+primary, and the crash is a failover as on the cluster with replicas.
 
 Each worker appends one line per handler call (`id  due_ms  now_ms`) to a file of its own
 with a single write(2) on an O_APPEND descriptor, *before* the handler returns and the event
@@ -36,7 +40,8 @@ At the end: delivered, duplicated, lost (scheduled, never handed to a handler, n
 dead, invented (delivered but never scheduled), the lateness of first deliveries, and the
 schedule's ticks missing between the first and the last delivered one. The exit status is 1
 if anything was invented or wrongly dead, or, with AOF on or replicas, lost, left pending or
-a tick missing.
+a tick missing, or, with replicas, a durable enqueue's event lost, invented or given up.
+The worker processes are driven by chaos_pool.py, the options are in chaos_args.py.
 Every loop is bounded in count and in time; all traffic stays on 127.0.0.1.
 """
 
@@ -46,7 +51,6 @@ import argparse
 import json
 import math
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,8 +62,8 @@ from pathlib import Path
 
 import anyio
 import redis.asyncio as redis
-from anyio.abc import Process, TaskGroup
-from anyio.streams.buffered import BufferedByteReceiveStream
+from chaos_args import parse_args
+from chaos_durable import DURABLE_PREFIX, DurableProducer
 from chaos_flow import (
     KEYED_PREFIX,
     LIMITED_PREFIX,
@@ -69,6 +73,7 @@ from chaos_flow import (
     plan_flow_events,
     rate_limit_for,
 )
+from chaos_pool import WORKER_READY_TIMEOUT, WorkerPool, kill_workers
 from chaos_report import (
     SLICES,
     Chaos,
@@ -77,7 +82,7 @@ from chaos_report import (
     percentiles,
     print_report,
 )
-from chaos_topology import Target, cluster, single_server
+from chaos_topology import Target, cluster, sentinel_group, single_server
 from chaos_worker import (
     EVENT_TYPE,
     PREFIX,
@@ -96,108 +101,9 @@ POISON_EVERY = 1000
 # Due times are grouped into buckets of this many ms, one enqueue_many call each.
 BUCKET_MS = 10
 ENQUEUE_CALLS_IN_FLIGHT = 16
-WORKER_READY_TIMEOUT = 30.0
-WORKER_STOP_TIMEOUT = 10.0
 
 
 # -- the driver ------------------------------------------------------------------------------
-
-
-class WorkerPool:
-    """N worker slots; each slot runs one worker process at a time, replaced when killed."""
-
-    def __init__(
-        self, args: argparse.Namespace, url: str, logs: Path, chaos: Chaos, rate_limit: int
-    ) -> None:
-        self._args = args
-        self._rate_limit = rate_limit
-        self._names = [""] * args.workers
-        self._url = url
-        self._logs = logs
-        self._chaos = chaos
-        self._processes: list[Process | None] = [None] * args.workers
-        self._incarnations = [0] * args.workers
-        self._first_ready = anyio.Event()
-
-    async def start(self, slot: int, task_group: TaskGroup) -> None:
-        """Starts a worker in `slot`; its "ready" line is awaited in the background."""
-        self._incarnations[slot] += 1
-        name = self._names[slot] = f"w{slot}-{self._incarnations[slot]}"
-        stderr = (self._logs / f"{name}.stderr").open("wb")
-        process = await anyio.open_process(
-            [
-                sys.executable,
-                str(SCRIPT),
-                "worker",
-                "--url",
-                self._url,
-                "--log",
-                str(self._logs / f"{name}.deliveries"),
-                "--handler-timeout",
-                str(self._args.handler_timeout),
-                "--handler-ms",
-                str(self._args.handler_ms),
-                "--retry-attempts",
-                str(self._args.retry_attempts),
-                "--parallelism",
-                str(self._args.parallelism),
-                "--rate-limit",
-                str(self._rate_limit),
-                "--partitions",
-                str(self._args.partitions),
-                # Odd slots run the handler as a plain function, in worker threads.
-                *(["--sync-handler"] if slot % 2 else []),
-            ],
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-        )
-        stderr.close()
-        self._processes[slot] = process
-        self._chaos.worker_starts += 1
-        task_group.start_soon(self._note_ready, process, time.monotonic())
-
-    async def _note_ready(self, process: Process, started: float) -> None:
-        assert process.stdout is not None
-        with anyio.move_on_after(WORKER_READY_TIMEOUT):
-            try:
-                await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 64)
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
-                return  # killed before it was ready
-            self._chaos.worker_ready_seconds.append(time.monotonic() - started)
-            if len(self._chaos.worker_ready_seconds) == self._args.workers:
-                self._first_ready.set()
-
-    async def wait_all_ready(self, within: float) -> None:
-        """Waits until as many workers said "ready" as there are slots (the first starts)."""
-        with anyio.fail_after(within):
-            await self._first_ready.wait()
-
-    async def kill_and_replace(self, slot: int, task_group: TaskGroup) -> None:
-        process = self._processes[slot]
-        if process is not None and process.returncode is None:
-            process.kill()
-            self._chaos.kills_ms[self._names[slot]] = time.time() * 1000
-            await process.wait()
-            await process.aclose()
-            self._chaos.worker_kills += 1
-        await self.start(slot, task_group)
-
-    async def stop_all(self) -> None:
-        """SIGTERM every worker (a graceful stop), SIGKILL what is left after a bound."""
-        running = [p for p in self._processes if p is not None and p.returncode is None]
-        for process in running:
-            process.terminate()
-        with anyio.move_on_after(WORKER_STOP_TIMEOUT):
-            for process in running:
-                await process.wait()
-        for process in running:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-        for process in running:
-            await process.aclose()
 
 
 DueEvent = ChaosEvent | ChaosLimited | ChaosKeyed
@@ -258,21 +164,6 @@ async def cut_connections(
         await target.cut(rng)
 
 
-async def kill_workers(
-    pool: WorkerPool,
-    args: argparse.Namespace,
-    rng: random.Random,
-    until: float,
-    task_group: TaskGroup,
-) -> None:
-    low, high = args.kill_every
-    for _ in range(math.ceil((until - time.monotonic()) / low) + 1):
-        await anyio.sleep(rng.uniform(low, high))
-        if time.monotonic() >= until:
-            return
-        await pool.kill_and_replace(rng.randrange(args.workers), task_group)
-
-
 async def restart_server(
     target: Target, chaos: Chaos, at: float, how: str, rng: random.Random
 ) -> None:
@@ -282,6 +173,18 @@ async def restart_server(
     await target.crash_and_restart(how, rng)
     chaos.server_down_seconds = time.monotonic() - started
     chaos.server_restarts += 1
+
+
+async def run_durable_producer(
+    durable: DurableProducer,
+    target: Target,
+    args: argparse.Namespace,
+    window_opens: float,
+    until: float,
+) -> None:
+    """The durable enqueues, from the window's opening to the end of the chaos."""
+    await anyio.sleep(max(0.0, window_opens - time.monotonic()))
+    await durable.run(target.producer_url, args.partitions, until)
 
 
 async def wait_drained(
@@ -327,6 +230,8 @@ async def drive(args: argparse.Namespace) -> Report:
         topology = (
             cluster(aof=args.aof, replicas=args.replicas)
             if args.cluster
+            else sentinel_group(aof=args.aof, replicas=args.replicas)
+            if args.sentinel
             else single_server(scratch_dir / "server", aof=args.aof)
         )
         async with (
@@ -353,7 +258,14 @@ async def drive(args: argparse.Namespace) -> Report:
 
             window_opens = time.monotonic() + (first_due_ms / 1000 - time.time())
             chaos_until = window_opens + args.window + 1.0
+            durable = None
+            if args.replicas and args.durable_rate > 0:
+                durable = DurableProducer(args.durable_rate, args.replicas)
             async with anyio.create_task_group() as chaos_tasks:
+                if durable is not None:
+                    chaos_tasks.start_soon(
+                        run_durable_producer, durable, target, args, window_opens, chaos_until
+                    )
                 if args.faults:
                     chaos_tasks.start_soon(cut_connections, target, args, rng, chaos_until)
                     chaos_tasks.start_soon(kill_workers, pool, args, rng, chaos_until, tg)
@@ -398,7 +310,16 @@ async def drive(args: argparse.Namespace) -> Report:
         )
 
     ticks = sorted({due_ms for event_id, due_ms, _ in calls if event_id.startswith(TICK_PREFIX)})
-    flow_prefixes = (TICK_PREFIX, LIMITED_PREFIX, KEYED_PREFIX)
+    durable_report = None
+    if durable is not None:
+        durable_report = durable.report(
+            handed_out=(call[0] for call in calls),
+            still_there=pending_ids | dead_ids,
+            crash_ms=(chaos.server_restart_at_ms, chaos.server_down_seconds * 1000)
+            if chaos.server_restarts
+            else None,
+        )
+    flow_prefixes = (TICK_PREFIX, LIMITED_PREFIX, KEYED_PREFIX, DURABLE_PREFIX)
     calls = [call for call in calls if not call[0].startswith(flow_prefixes)]
     tick_ms = round(TICK_SECONDS * 1000)
     expected_ticks = (ticks[-1] - ticks[0]) // tick_ms + 1 if ticks else 0
@@ -463,6 +384,7 @@ async def drive(args: argparse.Namespace) -> Report:
         tick_gaps=expected_ticks - len(ticks),
         sync_workers=args.workers // 2,
         flow=flow,
+        durable=durable_report,
     )
 
 
@@ -471,78 +393,8 @@ def log(args: argparse.Namespace, message: str) -> None:
         print(f"[chaos] {message}", file=sys.stderr, flush=True)
 
 
-def seconds_range(text: str) -> tuple[float, float]:
-    low, _, high = text.partition("-")
-    bounds = (float(low), float(high or low))
-    if not 0 < bounds[0] <= bounds[1]:
-        raise argparse.ArgumentTypeError(f"expected LOW-HIGH seconds with 0 < LOW <= HIGH: {text}")
-    return bounds
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    if argv[:1] == ["worker"]:
-        worker = argparse.ArgumentParser(prog="chaos.py worker")
-        worker.add_argument("--url", required=True)
-        worker.add_argument("--log", required=True)
-        worker.add_argument("--handler-timeout", type=float, required=True)
-        worker.add_argument("--handler-ms", type=float, required=True)
-        worker.add_argument("--retry-attempts", type=int, required=True)
-        worker.add_argument("--parallelism", type=int, required=True)
-        worker.add_argument("--sync-handler", action="store_true")
-        worker.add_argument("--rate-limit", type=int, required=True)
-        worker.add_argument("--partitions", type=int, required=True)
-        namespace = worker.parse_args(argv[1:])
-        namespace.command = "worker"
-        return namespace
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--events", type=int, default=50_000)
-    parser.add_argument("--window", type=float, default=30.0, help="seconds the due times span")
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--parallelism", type=int, default=16, help="handler slots per worker")
-    parser.add_argument("--lead", type=float, default=3.0, help="seconds before the first due")
-    parser.add_argument("--no-aof", dest="aof", action="store_false", help="server without AOF")
-    parser.add_argument("--cluster", action="store_true", help="on a 3-master cluster")
-    parser.add_argument(
-        "--partitions", type=int, default=1, help="partitions of the main event type"
-    )
-    parser.add_argument(
-        "--replicas",
-        type=int,
-        default=0,
-        help="with --cluster: replicas per master; the crash is then a failover",
-    )
-    parser.add_argument(
-        "--no-faults",
-        dest="faults",
-        action="store_false",
-        help="baseline: same load through the proxy, no kills, cuts or restart",
-    )
-    parser.add_argument(
-        "--server-stop",
-        choices=("kill", "term"),
-        default="kill",
-        help="how the server is stopped mid-window: SIGKILL (default) or SIGTERM",
-    )
-    parser.add_argument("--kill-every", type=seconds_range, default=(2.0, 4.0), metavar="LOW-HIGH")
-    parser.add_argument("--cut-every", type=seconds_range, default=(0.1, 0.5), metavar="LOW-HIGH")
-    parser.add_argument("--handler-timeout", type=float, default=2.0)
-    parser.add_argument("--handler-ms", type=float, default=5.0, help="most ms a handler works")
-    parser.add_argument("--retry-attempts", type=int, default=3)
-    parser.add_argument("--drain-timeout", type=float, default=60.0)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, help="also write the report here as JSON")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    namespace = parser.parse_args(argv)
-    if namespace.replicas and not namespace.cluster:
-        parser.error("--replicas needs --cluster")
-    namespace.command = "run"
-    return namespace
-
-
 def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv, __doc__ or "")
     if args.command == "worker":
         anyio.run(run_worker, args)
         return 0
@@ -557,6 +409,9 @@ def main(argv: Sequence[str]) -> int:
         # Kept on disk, or on the replica that takes over: nothing may be missing.
         failed = failed or report.lost > 0 or not report.drained or report.tick_gaps > 0
         failed = failed or flow.lost > 0
+    durable = report.durable
+    if durable is not None:
+        failed = failed or durable.lost > 0 or durable.invented > 0 or durable.given_up > 0
     return 1 if failed else 0
 
 

@@ -6,6 +6,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from chaos_durable import DurableReport
 from chaos_flow import (
     RATE_PER_S,
     FlowReport,
@@ -14,6 +15,7 @@ from chaos_flow import (
 # Report.topology: where the run's queues lived (chaos_topology.py).
 SINGLE_SERVER = "single server"
 CLUSTER = "3-master cluster"
+SENTINEL = "Sentinel group"
 
 
 @dataclass
@@ -79,6 +81,8 @@ class Report:
     sync_workers: int
     """Worker slots whose handler is a plain function run in threads."""
     flow: FlowReport
+    durable: DurableReport | None
+    """The durable enqueues made through the chaos (with replicas), else None."""
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -163,6 +167,17 @@ def print_report(report: Report) -> None:
         f"{flow.limit_violations_near_restart} violations, {flow.key_overlaps_near_restart} "
         "overlaps"
     )
+    durable = report.durable
+    if durable is not None:
+        print(
+            f"  durable:     {durable.acknowledged:,} enqueues acknowledged with "
+            f"durability(replicas={durable.replicas}) at {durable.rate_per_s:g}/s "
+            "(before / during / after the failover: "
+            f"{' / '.join(map(str, durable.acknowledged_by_crash))}), "
+            f"{durable.delivered:,} delivered, {durable.lost} lost, {durable.invented} "
+            f"invented; tries refused {durable.refused}, failed otherwise {durable.failed}, "
+            f"given up {durable.given_up}"
+        )
     print(f"  dead:        {report.dead:,} ({report.dead_unexpected} not poisoned)")
     print(f"  invented:    {report.invented}")
     print(f"  pending:     {report.pending_at_end} at the end (drained: {report.drained})")

@@ -14,6 +14,12 @@
   mark the master failed (a 1 s node timeout), and the old master starts again as a replica
   of the new one. Replication is asynchronous, so the writes of the master's last moments
   may be missing on the replica: the chaos run shows what that costs.
+- `SentinelGroup`: a primary with `replicas` replicas behind three sentinels, which everyone
+  reaches through the sentinels (`redis+sentinel://`). A cut is `CLIENT KILL` of one random
+  client connection of the primary (the sentinels' own left alone, so that what marks the
+  primary down is its death only); the crash is always a failover: the primary is SIGKILLed
+  (or SIGTERMed), the sentinels promote a replica once it has not answered for 1 s, and the
+  old primary starts again on its data as the new primary's replica.
 """
 
 from __future__ import annotations
@@ -25,11 +31,20 @@ from pathlib import Path
 
 import anyio
 import redis.asyncio as redis
-from chaos_report import CLUSTER, SINGLE_SERVER, Chaos
+from chaos_report import CLUSTER, SENTINEL, SINGLE_SERVER, Chaos
+from redis.asyncio.sentinel import Sentinel
 
-from aioqueue.testing import CuttingProxy, EmbeddedCluster, EmbeddedServer
+from aioqueue.testing import CuttingProxy, EmbeddedCluster, EmbeddedSentinel, EmbeddedServer
 
-__all__ = ["Cluster", "SingleServer", "Target", "cluster", "single_server"]
+__all__ = [
+    "Cluster",
+    "SentinelGroup",
+    "SingleServer",
+    "Target",
+    "cluster",
+    "sentinel_group",
+    "single_server",
+]
 
 MASTERS = 3
 FAILOVER_NODE_TIMEOUT_MS = 1000
@@ -66,6 +81,20 @@ async def cluster(*, aof: bool, replicas: int = 0) -> AsyncIterator[Cluster]:
         yield Cluster(nodes, replicas)
     finally:
         await anyio.to_thread.run_sync(nodes.stop)
+
+
+@asynccontextmanager
+async def sentinel_group(*, aof: bool, replicas: int) -> AsyncIterator[SentinelGroup]:
+    """A primary with `replicas` replicas (AOF as asked, `appendfsync everysec`) behind
+    three sentinels that fail it over after FAILOVER_NODE_TIMEOUT_MS; stopped on exit."""
+    group = EmbeddedSentinel(replicas=replicas, down_after_ms=FAILOVER_NODE_TIMEOUT_MS)
+    for node in group.nodes:
+        node.appendonly = aof
+    await anyio.to_thread.run_sync(group.start)
+    try:
+        yield SentinelGroup(group, replicas)
+    finally:
+        await anyio.to_thread.run_sync(group.stop)
 
 
 class SingleServer:
@@ -169,9 +198,71 @@ class Cluster:
         chaos.connections_cut = self._cuts
 
 
+class SentinelGroup:
+    """Everyone reaches the primary through the sentinels."""
+
+    def __init__(self, group: EmbeddedSentinel, replicas: int) -> None:
+        self._group = group
+        self._cuts = 0
+        self.name = f"{SENTINEL}, {replicas} replica(s)"
+
+    @property
+    def worker_url(self) -> str:
+        return self._group.url
+
+    @property
+    def producer_url(self) -> str:
+        return self._group.url
+
+    def observer(self) -> redis.Redis:
+        sentinels = Sentinel(self._group.addresses)
+        return sentinels.master_for(self._group.service_name, decode_responses=True)
+
+    async def cut(self, rng: random.Random) -> None:
+        """Closes one random client connection of the primary, a sentinel's excepted."""
+        try:
+            primary = await anyio.to_thread.run_sync(self._group.primary)
+            async with redis.Redis.from_url(primary.url, decode_responses=True) as admin:
+                own = await admin.client_id()
+                victims = [
+                    int(client["id"])
+                    for client in await admin.client_list(_type="normal")
+                    if int(client["id"]) != own and not client["name"].startswith("sentinel-")
+                ]
+                if victims:
+                    await admin.client_kill_filter(_id=str(rng.choice(victims)))
+                    self._cuts += 1
+        except (redis.RedisError, OSError):
+            pass  # the primary is down or changing (the crash): nothing to cut now
+
+    async def crash_and_restart(self, how: str, rng: random.Random) -> None:
+        """Stops the primary, waits until the sentinels promote a replica, then starts the old
+        primary again on its data as the new primary's replica."""
+        group = self._group
+        old = await anyio.to_thread.run_sync(group.primary)
+        await anyio.to_thread.run_sync(group.kill if how == "kill" else _stop, old)
+        await anyio.to_thread.run_sync(group.wait_for_failover, old)
+        new = await anyio.to_thread.run_sync(group.primary)
+        # Told at start whom it follows, so it never serves its stale data as a primary.
+        follow = ("--replicaof", new.host, str(new.port))
+        old.extra_args = (*_without_replicaof(old.extra_args), *follow)
+        await anyio.to_thread.run_sync(old.start)
+
+    def count_cuts(self, chaos: Chaos) -> None:
+        chaos.connections_cut = self._cuts
+
+
+def _without_replicaof(args: tuple[str, ...]) -> tuple[str, ...]:
+    """A server's arguments without a `--replicaof host port` they may hold from its start."""
+    if "--replicaof" not in args:
+        return args
+    at = args.index("--replicaof")
+    return args[:at] + args[at + 3 :]
+
+
 def _stop(node: EmbeddedServer) -> None:
     """SIGTERM, keeping the node's directory for its restart."""
     node.stop(keep_data=True)
 
 
-Target = SingleServer | Cluster
+Target = SingleServer | Cluster | SentinelGroup

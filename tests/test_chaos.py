@@ -4,7 +4,9 @@ a recurring schedule that misses no tick, and rate-limit and serial-key types th
 promises through it all; on one server, and on a 3-master cluster with the main type in 4
 partitions (a cut there closes a connection at a node, between two of its commands; the
 crash is one master's), without replicas and with one per master (the crash is then a
-failover)."""
+failover), and on a primary with a replica behind three sentinels (the crash is a failover
+too). Through each failover a producer with durability enqueues all along, and no event it
+was told was stored may be lost."""
 
 from __future__ import annotations
 
@@ -27,17 +29,23 @@ WORKERS = 2
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "topology",
-    [[], ["--cluster", "--partitions", "4"], ["--cluster", "--partitions", "4", "--replicas", "1"]],
-    ids=["single-server", "cluster-partitioned", "cluster-failover"],
+    [
+        [],
+        ["--cluster", "--partitions", "4"],
+        ["--cluster", "--partitions", "4", "--replicas", "1"],
+        ["--sentinel"],
+    ],
+    ids=["single-server", "cluster-partitioned", "cluster-failover", "sentinel-failover"],
 )
 def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     tmp_path: pathlib.Path, topology: list[str]
 ) -> None:
     """3,000 events due over 8 s, 2 workers killed with SIGKILL every 1.5-3 s and restarted,
     connections cut every 0.1-0.4 s, and the server (on a cluster one master) SIGKILLed and
-    restarted on its AOF halfway, or, on a cluster with a replica per master, failed over
+    restarted on its AOF halfway, or, with replicas (the cluster's, Sentinel's), failed over
     to its replica and back as a replica: every healthy event must reach a handler, every
-    poisoned one the dead letters, and nothing may be invented or left pending."""
+    poisoned one the dead letters, and nothing may be invented or left pending; with
+    replicas, every durable enqueue that returned must be delivered too."""
     report_path = tmp_path / "chaos.json"
     result = subprocess.run(
         [
@@ -93,3 +101,19 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     assert flow["limit_violations"] == 0
     assert flow["key_overlaps"] == 0
     assert flow["keyed_calls"] >= EVENTS // 10
+    if "--replicas" in topology or "--sentinel" in topology:
+        check_durable_enqueues(report["durable"])
+    else:
+        assert report["durable"] is None
+
+
+def check_durable_enqueues(durable: dict[str, Any]) -> None:
+    """Enqueues with durability(replicas=1) went on from the window's opening to its end, so
+    some returned before the failover and some after; whatever returned was delivered."""
+    before, _, after = durable["acknowledged_by_crash"]
+    assert before > 0
+    assert after > 0
+    assert durable["lost"] == 0
+    assert durable["delivered"] == durable["acknowledged"]
+    assert durable["invented"] == 0
+    assert durable["given_up"] == 0

@@ -1,0 +1,159 @@
+"""Durable enqueues in the chaos run: acknowledged events through a failover.
+
+With replicas (`--replicas N`), the crash of the chaos run is a failover, and replication is
+asynchronous: a master can die with writes its replicas never got. An enqueue made with
+`durability(replicas=N)` returns only once the replicas have its events, so whatever such an
+enqueue acknowledged must survive the failover. This module checks that under the whole of
+the chaos, not in a staged failover only (tests/test_durability_failover.py stages one):
+
+- A producer in the driver process (a service of its own, with durability) enqueues main
+  events (ids `durable-N`, due DUE_IN_S later) one after another from PRODUCERS tasks at a
+  steady total rate, from the moment the window opens until the chaos is over, so the
+  failover comes while some are pending on the master that dies and others are being written
+  to it. Its connections are cut like everyone's.
+- A try that raises (DurabilityError: not confirmed in time; or no node to talk to, a cut
+  connection) is made again with the same id until it returns: enqueue is idempotent per id.
+  The moment it returns is the producer's promise: the event is *acknowledged*.
+- At the end, an acknowledged event that no handler was handed, that is not pending and not
+  dead, is *lost*: the run's exit status requires 0. A `durable-` id handed to a handler that
+  no try ever wrote is invented.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import anyio
+from chaos_worker import PREFIX, ChaosEvent
+from redis.exceptions import RedisClusterException, RedisError
+
+from aioqueue import DurabilityError, EventService
+
+__all__ = ["DURABLE_PREFIX", "DurableProducer", "DurableReport"]
+
+DURABLE_PREFIX = "durable-"
+PRODUCERS = 4
+DUE_IN_S = 1.0
+# Short, so that a try refused while a master has no replica yet comes back soon.
+CONFIRM_TIMEOUT = timedelta(milliseconds=300)
+# Between two tries of one enqueue: nothing tells a client that a failover is over.
+RETRY_AFTER_S = 0.02
+# A try that never returns in this long fails the run (the event counts as not acknowledged).
+GIVE_UP_AFTER_S = 30.0
+# What a try may raise and be made again: not confirmed, or no node to talk to.
+RETRIED = (DurabilityError, RedisError, RedisClusterException, OSError)
+
+
+@dataclass
+class DurableReport:
+    rate_per_s: float
+    """Enqueues a second the producer aimed at, all its tasks together."""
+    replicas: int
+    """Replicas each durable enqueue waited for."""
+    acknowledged: int
+    """Enqueues that returned."""
+    acknowledged_by_crash: tuple[int, int, int]
+    """Of those, how many returned before the crash, while the crashed master was down or
+    failing over, and after it (all after, without a crash)."""
+    refused: int
+    """Tries that raised DurabilityError."""
+    failed: int
+    """Tries that raised another error (no node for the slot, a cut connection)."""
+    given_up: int
+    """Events whose tries never returned within GIVE_UP_AFTER_S."""
+    delivered: int
+    """Acknowledged events handed to a handler at least once."""
+    lost: int
+    """Acknowledged, never handed to a handler, not pending and not dead: must be 0."""
+    invented: int
+    """`durable-` ids handed to a handler that no try wrote."""
+
+
+@dataclass
+class DurableProducer:
+    """The durable enqueues of one chaos run, and what they were promised."""
+
+    rate_per_s: float
+    replicas: int
+    acknowledged_ms: dict[str, float] = field(default_factory=dict)
+    """Event id -> when its enqueue returned (epoch ms)."""
+    tried: set[str] = field(default_factory=set)
+    refused: int = 0
+    failed: int = 0
+    given_up: int = 0
+    _next: int = 0
+
+    async def run(self, url: str, partitions: int, until: float) -> None:
+        """Enqueues until the monotonic time `until`; each task finishes the event it began."""
+        producer = (
+            EventService.builder()
+            .url(url)
+            .prefix(PREFIX)
+            .partitions(ChaosEvent, partitions)
+            .enable_scheduling(False)
+            .durability(replicas=self.replicas, timeout=CONFIRM_TIMEOUT)
+            .build()
+        )
+        async with producer, anyio.create_task_group() as tasks:
+            for _ in range(PRODUCERS):
+                tasks.start_soon(self._produce_one_by_one, producer, until)
+
+    async def _produce_one_by_one(self, producer: EventService, until: float) -> None:
+        # Each task's share of the rate: one enqueue begun every `spacing` seconds at most.
+        spacing = PRODUCERS / self.rate_per_s
+        while time.monotonic() < until:
+            began = time.monotonic()
+            await self._enqueue_until_acknowledged(producer)
+            await anyio.sleep(max(0.0, spacing - (time.monotonic() - began)))
+
+    async def _enqueue_until_acknowledged(self, producer: EventService) -> None:
+        number, self._next = self._next, self._next + 1
+        event_id = f"{DURABLE_PREFIX}{number}"
+        event = ChaosEvent(id=event_id, due_ms=round(time.time() * 1000 + DUE_IN_S * 1000))
+        self.tried.add(event_id)
+        with anyio.move_on_after(GIVE_UP_AFTER_S):
+            while True:
+                try:
+                    # False: an earlier try was stored after all; acknowledged either way.
+                    await producer.enqueue(event, DUE_IN_S)
+                except DurabilityError:
+                    self.refused += 1
+                except RETRIED:
+                    self.failed += 1
+                else:
+                    self.acknowledged_ms[event_id] = time.time() * 1000
+                    return
+                await anyio.sleep(RETRY_AFTER_S)
+        self.given_up += 1
+
+    def report(
+        self,
+        *,
+        handed_out: Iterable[str],
+        still_there: Iterable[str],
+        crash_ms: tuple[float, float] | None,
+    ) -> DurableReport:
+        """What became of the acknowledged events: `handed_out`, every id a handler was handed;
+        `still_there`, the ids pending or dead at the end; `crash_ms`, when the crash began and
+        how long it lasted (None without one)."""
+        handed = {event_id for event_id in handed_out if event_id.startswith(DURABLE_PREFIX)}
+        acknowledged = set(self.acknowledged_ms)
+        by_crash = [0, 0, 0]
+        began, lasted = crash_ms or (0.0, 0.0)
+        for at in self.acknowledged_ms.values():
+            by_crash[0 if at < began else 1 if at <= began + lasted else 2] += 1
+        return DurableReport(
+            rate_per_s=self.rate_per_s,
+            replicas=self.replicas,
+            acknowledged=len(acknowledged),
+            acknowledged_by_crash=(by_crash[0], by_crash[1], by_crash[2]),
+            refused=self.refused,
+            failed=self.failed,
+            given_up=self.given_up,
+            delivered=len(acknowledged & handed),
+            lost=len(acknowledged - handed - set(still_there)),
+            invented=len(handed - self.tried),
+        )

@@ -1,0 +1,136 @@
+"""The chaos run's worker processes, seen from the driver (see chaos.py): a slot per worker,
+each running one `chaos.py worker` process at a time, SIGKILLed and replaced at random."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from anyio.abc import Process, TaskGroup
+from anyio.streams.buffered import BufferedByteReceiveStream
+from chaos_report import Chaos
+
+__all__ = ["WORKER_READY_TIMEOUT", "WorkerPool", "kill_workers"]
+
+DRIVER = Path(__file__).resolve().parent / "chaos.py"
+REPO_ROOT = DRIVER.parent.parent
+WORKER_READY_TIMEOUT = 30.0
+WORKER_STOP_TIMEOUT = 10.0
+
+
+class WorkerPool:
+    """N worker slots; each slot runs one worker process at a time, replaced when killed."""
+
+    def __init__(
+        self, args: argparse.Namespace, url: str, logs: Path, chaos: Chaos, rate_limit: int
+    ) -> None:
+        self._args = args
+        self._rate_limit = rate_limit
+        self._names = [""] * args.workers
+        self._url = url
+        self._logs = logs
+        self._chaos = chaos
+        self._processes: list[Process | None] = [None] * args.workers
+        self._incarnations = [0] * args.workers
+        self._first_ready = anyio.Event()
+
+    async def start(self, slot: int, task_group: TaskGroup) -> None:
+        """Starts a worker in `slot`; its "ready" line is awaited in the background."""
+        self._incarnations[slot] += 1
+        name = self._names[slot] = f"w{slot}-{self._incarnations[slot]}"
+        stderr = (self._logs / f"{name}.stderr").open("wb")
+        process = await anyio.open_process(
+            [
+                sys.executable,
+                str(DRIVER),
+                "worker",
+                "--url",
+                self._url,
+                "--log",
+                str(self._logs / f"{name}.deliveries"),
+                "--handler-timeout",
+                str(self._args.handler_timeout),
+                "--handler-ms",
+                str(self._args.handler_ms),
+                "--retry-attempts",
+                str(self._args.retry_attempts),
+                "--parallelism",
+                str(self._args.parallelism),
+                "--rate-limit",
+                str(self._rate_limit),
+                "--partitions",
+                str(self._args.partitions),
+                # Odd slots run the handler as a plain function, in worker threads.
+                *(["--sync-handler"] if slot % 2 else []),
+            ],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+        stderr.close()
+        self._processes[slot] = process
+        self._chaos.worker_starts += 1
+        task_group.start_soon(self._note_ready, process, time.monotonic())
+
+    async def _note_ready(self, process: Process, started: float) -> None:
+        assert process.stdout is not None
+        with anyio.move_on_after(WORKER_READY_TIMEOUT):
+            try:
+                await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 64)
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
+                return  # killed before it was ready
+            self._chaos.worker_ready_seconds.append(time.monotonic() - started)
+            if len(self._chaos.worker_ready_seconds) == self._args.workers:
+                self._first_ready.set()
+
+    async def wait_all_ready(self, within: float) -> None:
+        """Waits until as many workers said "ready" as there are slots (the first starts)."""
+        with anyio.fail_after(within):
+            await self._first_ready.wait()
+
+    async def kill_and_replace(self, slot: int, task_group: TaskGroup) -> None:
+        process = self._processes[slot]
+        if process is not None and process.returncode is None:
+            process.kill()
+            self._chaos.kills_ms[self._names[slot]] = time.time() * 1000
+            await process.wait()
+            await process.aclose()
+            self._chaos.worker_kills += 1
+        await self.start(slot, task_group)
+
+    async def stop_all(self) -> None:
+        """SIGTERM every worker (a graceful stop), SIGKILL what is left after a bound."""
+        running = [p for p in self._processes if p is not None and p.returncode is None]
+        for process in running:
+            process.terminate()
+        with anyio.move_on_after(WORKER_STOP_TIMEOUT):
+            for process in running:
+                await process.wait()
+        for process in running:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        for process in running:
+            await process.aclose()
+
+
+async def kill_workers(
+    pool: WorkerPool,
+    args: argparse.Namespace,
+    rng: random.Random,
+    until: float,
+    task_group: TaskGroup,
+) -> None:
+    low, high = args.kill_every
+    for _ in range(math.ceil((until - time.monotonic()) / low) + 1):
+        await anyio.sleep(rng.uniform(low, high))
+        if time.monotonic() >= until:
+            return
+        await pool.kill_and_replace(rng.randrange(args.workers), task_group)
