@@ -89,10 +89,10 @@ from chaos_worker import (
     TICK_PREFIX,
     TICK_SECONDS,
     ChaosEvent,
+    producer_builder,
     run_worker,
 )
 
-from aioqueue import EventService
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 
 SCRIPT = Path(__file__).resolve()
@@ -116,14 +116,7 @@ async def enqueue_all(url: str, events: Sequence[DueEvent], partitions: int) -> 
         buckets.setdefault(event.due_ms, []).append(event)
     scheduled = 0
     limiter = anyio.CapacityLimiter(ENQUEUE_CALLS_IN_FLIGHT)
-    producer = (
-        EventService.builder()
-        .url(url)
-        .prefix(PREFIX)
-        .partitions(ChaosEvent, partitions)
-        .enable_scheduling(False)
-        .build()
-    )
+    producer = producer_builder(url, partitions).build()
     started = time.monotonic()
 
     async def enqueue(due_ms: int, bucket: list[DueEvent]) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import anyio
-from chaos_worker import PREFIX, ChaosEvent
+from chaos_worker import ChaosEvent, producer_builder
 from redis.exceptions import RedisClusterException, RedisError
 
 from aioqueue import DurabilityError, EventService
@@ -89,11 +89,7 @@ class DurableProducer:
     async def run(self, url: str, partitions: int, until: float) -> None:
         """Enqueues until the monotonic time `until`; each task finishes the event it began."""
         producer = (
-            EventService.builder()
-            .url(url)
-            .prefix(PREFIX)
-            .partitions(ChaosEvent, partitions)
-            .enable_scheduling(False)
+            producer_builder(url, partitions)
             .durability(replicas=self.replicas, timeout=CONFIRM_TIMEOUT)
             .build()
         )

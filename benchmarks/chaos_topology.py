@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,9 +33,15 @@ from pathlib import Path
 import anyio
 import redis.asyncio as redis
 from chaos_report import CLUSTER, SENTINEL, SINGLE_SERVER, Chaos
-from redis.asyncio.sentinel import Sentinel
 
-from aioqueue.testing import CuttingProxy, EmbeddedCluster, EmbeddedSentinel, EmbeddedServer
+from aioqueue._engine.sentinel import parse_sentinel_url, sentinel_client
+from aioqueue.testing import (
+    CuttingProxy,
+    EmbeddedCluster,
+    EmbeddedSentinel,
+    EmbeddedServer,
+    SentinelNotReadyError,
+)
 
 __all__ = [
     "Cluster",
@@ -160,16 +167,9 @@ class Cluster:
     async def cut(self, rng: random.Random) -> None:
         """Closes one random client connection of one random live master."""
         node = rng.choice(self._nodes.live_nodes)
-        try:
-            async with redis.Redis.from_url(node.url, decode_responses=True) as admin:
-                own = await admin.client_id()
-                ids = [c["id"] for c in await admin.client_list(_type="normal")]
-                victims = [int(client_id) for client_id in ids if int(client_id) != own]
-                if victims:
-                    await admin.client_kill_filter(_id=str(rng.choice(victims)))
-                    self._cuts += 1
-        except (redis.ConnectionError, OSError):
-            pass  # the node is down (the crash): nothing to cut there
+        # The node may be down (the crash): nothing to cut there.
+        with contextlib.suppress(redis.ConnectionError, OSError):
+            self._cuts += await _close_one_client(node.url, rng)
 
     async def crash_and_restart(self, how: str, rng: random.Random) -> None:
         if self._replicas:
@@ -215,25 +215,14 @@ class SentinelGroup:
         return self._group.url
 
     def observer(self) -> redis.Redis:
-        sentinels = Sentinel(self._group.addresses)
-        return sentinels.master_for(self._group.service_name, decode_responses=True)
+        return sentinel_client(parse_sentinel_url(self._group.url), decode_responses=True)
 
     async def cut(self, rng: random.Random) -> None:
         """Closes one random client connection of the primary, a sentinel's excepted."""
-        try:
+        # The primary may be down or changing (the crash): nothing to cut now.
+        with contextlib.suppress(redis.RedisError, OSError, SentinelNotReadyError):
             primary = await anyio.to_thread.run_sync(self._group.primary)
-            async with redis.Redis.from_url(primary.url, decode_responses=True) as admin:
-                own = await admin.client_id()
-                victims = [
-                    int(client["id"])
-                    for client in await admin.client_list(_type="normal")
-                    if int(client["id"]) != own and not client["name"].startswith("sentinel-")
-                ]
-                if victims:
-                    await admin.client_kill_filter(_id=str(rng.choice(victims)))
-                    self._cuts += 1
-        except (redis.RedisError, OSError):
-            pass  # the primary is down or changing (the crash): nothing to cut now
+            self._cuts += await _close_one_client(primary.url, rng, spare="sentinel-")
 
     async def crash_and_restart(self, how: str, rng: random.Random) -> None:
         """Stops the primary, waits until the sentinels promote a replica, then starts the old
@@ -250,6 +239,23 @@ class SentinelGroup:
 
     def count_cuts(self, chaos: Chaos) -> None:
         chaos.connections_cut = self._cuts
+
+
+async def _close_one_client(url: str, rng: random.Random, *, spare: str | None = None) -> int:
+    """Closes one random client connection of the server at `url` (`CLIENT KILL`, which the
+    server carries out between two commands), not its own nor one whose name starts with
+    `spare`; returns how many it closed (0 or 1)."""
+    async with redis.Redis.from_url(url, decode_responses=True) as admin:
+        own = await admin.client_id()
+        victims = [
+            int(client["id"])
+            for client in await admin.client_list(_type="normal")
+            if int(client["id"]) != own and not (spare and client.get("name", "").startswith(spare))
+        ]
+        if not victims:
+            return 0
+        await admin.client_kill_filter(_id=str(rng.choice(victims)))
+        return 1
 
 
 def _without_replicaof(args: tuple[str, ...]) -> tuple[str, ...]:

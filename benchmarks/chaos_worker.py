@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 from chaos_flow import add_flow_handlers, with_rate_limit
 
-from aioqueue import Event, EventService, FixedDelays
+from aioqueue import Event, EventService, EventServiceBuilder, FixedDelays
 
 PREFIX = "chaos"
 EVENT_TYPE = "ChaosEvent"
@@ -42,6 +42,17 @@ class ChaosTick(Event):
 def tick_event(tick: datetime) -> ChaosTick:
     tick_ms = round(tick.timestamp() * 1000)
     return ChaosTick(id=f"{TICK_PREFIX}{tick_ms}", tick_ms=tick_ms)
+
+
+def producer_builder(url: str, partitions: int) -> EventServiceBuilder:
+    """A service that enqueues the run's events (the driver's): no scheduling of its own."""
+    return (
+        EventService.builder()
+        .url(url)
+        .prefix(PREFIX)
+        .partitions(ChaosEvent, partitions)
+        .enable_scheduling(False)
+    )
 
 
 # -- the worker process ----------------------------------------------------------------------
