@@ -6,11 +6,13 @@ asynchronous: a master can die with writes its replicas never got. An enqueue ma
 enqueue acknowledged must survive the failover. This module checks that under the whole of
 the chaos, not in a staged failover only (tests/test_durability_failover.py stages one):
 
-- A producer in the driver process (a service of its own, with durability) enqueues main
-  events (ids `durable-N`, due DUE_IN_S later) one after another from PRODUCERS tasks at a
-  steady total rate, from the moment the window opens until the chaos is over, so the
-  failover comes while some are pending on the master that dies and others are being written
-  to it. Its connections are cut like everyone's.
+- Producers in the driver process enqueue main events (ids `durable-N`, due DUE_IN_S later)
+  one after another from PRODUCERS tasks at a steady total rate, from the moment the window
+  opens until the chaos is over, so the failover comes while some are pending on the master
+  that dies and others are being written to it: half the tasks through a service of their
+  own with `durability(...)`, half through a SyncProducer with the same durability, each of
+  its calls in a worker thread, as blocking code would make it. Their connections are cut
+  like everyone's.
 - A try that raises (DurabilityError: not confirmed in time; or no node to talk to, a cut
   connection) is made again with the same id until it returns: enqueue is idempotent per id.
   The moment it returns is the producer's promise: the event is *acknowledged*.
@@ -21,21 +23,22 @@ the chaos, not in a staged failover only (tests/test_durability_failover.py stag
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 import anyio
-from chaos_worker import ChaosEvent, producer_builder
+from chaos_worker import PREFIX, ChaosEvent, producer_builder
 from redis.exceptions import RedisClusterException, RedisError
 
-from aioqueue import DurabilityError, EventService
+from aioqueue import Durability, DurabilityError, SyncProducer
 
 __all__ = ["DURABLE_PREFIX", "DurableProducer", "DurableReport"]
 
 DURABLE_PREFIX = "durable-"
-PRODUCERS = 4
+PRODUCERS = 4  # half of them async (a service), half blocking (a SyncProducer)
 DUE_IN_S = 1.0
 # Short, so that a try refused while a master has no replica yet comes back soon.
 CONFIRM_TIMEOUT = timedelta(milliseconds=300)
@@ -55,6 +58,8 @@ class DurableReport:
     """Replicas each durable enqueue waited for."""
     acknowledged: int
     """Enqueues that returned."""
+    acknowledged_by_sync_producer: int
+    """Of those, returned by the SyncProducer."""
     acknowledged_by_crash: tuple[int, int, int]
     """Of those, how many returned before the crash, while the crashed master was down or
     failing over, and after it (all after, without a crash)."""
@@ -81,6 +86,7 @@ class DurableProducer:
     acknowledged_ms: dict[str, float] = field(default_factory=dict)
     """Event id -> when its enqueue returned (epoch ms)."""
     tried: set[str] = field(default_factory=set)
+    acknowledged_by_sync_producer: int = 0
     refused: int = 0
     failed: int = 0
     given_up: int = 0
@@ -88,24 +94,53 @@ class DurableProducer:
 
     async def run(self, url: str, partitions: int, until: float) -> None:
         """Enqueues until the monotonic time `until`; each task finishes the event it began."""
-        producer = (
+        service = (
             producer_builder(url, partitions)
             .durability(replicas=self.replicas, timeout=CONFIRM_TIMEOUT)
             .build()
         )
-        async with producer, anyio.create_task_group() as tasks:
-            for _ in range(PRODUCERS):
-                tasks.start_soon(self._produce_one_by_one, producer, until)
+        blocking = SyncProducer(
+            url,
+            prefix=PREFIX,
+            partitions={ChaosEvent: partitions},
+            durability=Durability(replicas=self.replicas, timeout=CONFIRM_TIMEOUT),
+        )
 
-    async def _produce_one_by_one(self, producer: EventService, until: float) -> None:
+        async def enqueue_in_thread(event: ChaosEvent) -> object:
+            # Not cancellable once begun: the socket's timeout bounds a blocking call.
+            return await anyio.to_thread.run_sync(
+                functools.partial(blocking.enqueue, event, DUE_IN_S)
+            )
+
+        async def enqueue(event: ChaosEvent) -> object:
+            return await service.enqueue(event, DUE_IN_S)
+
+        with blocking:
+            async with service, anyio.create_task_group() as tasks:
+                for task in range(PRODUCERS):
+                    sync = task % 2 == 1
+                    tasks.start_soon(
+                        self._produce_one_by_one,
+                        enqueue_in_thread if sync else enqueue,
+                        sync,
+                        until,
+                    )
+
+    async def _produce_one_by_one(
+        self, enqueue: Callable[[ChaosEvent], Awaitable[object]], sync: bool, until: float
+    ) -> None:
         # Each task's share of the rate: one enqueue begun every `spacing` seconds at most.
         spacing = PRODUCERS / self.rate_per_s
         while time.monotonic() < until:
             began = time.monotonic()
-            await self._enqueue_until_acknowledged(producer)
+            if await self._enqueue_until_acknowledged(enqueue):
+                self.acknowledged_by_sync_producer += sync
             await anyio.sleep(max(0.0, spacing - (time.monotonic() - began)))
 
-    async def _enqueue_until_acknowledged(self, producer: EventService) -> None:
+    async def _enqueue_until_acknowledged(
+        self, enqueue: Callable[[ChaosEvent], Awaitable[object]]
+    ) -> bool:
+        """Tries one new event until a try returns (True), or gives up (False)."""
         number, self._next = self._next, self._next + 1
         event_id = f"{DURABLE_PREFIX}{number}"
         event = ChaosEvent(id=event_id, due_ms=round(time.time() * 1000 + DUE_IN_S * 1000))
@@ -114,16 +149,17 @@ class DurableProducer:
             while True:
                 try:
                     # False: an earlier try was stored after all; acknowledged either way.
-                    await producer.enqueue(event, DUE_IN_S)
+                    await enqueue(event)
                 except DurabilityError:
                     self.refused += 1
                 except RETRIED:
                     self.failed += 1
                 else:
                     self.acknowledged_ms[event_id] = time.time() * 1000
-                    return
+                    return True
                 await anyio.sleep(RETRY_AFTER_S)
         self.given_up += 1
+        return False
 
     def report(
         self,
@@ -145,6 +181,7 @@ class DurableProducer:
             rate_per_s=self.rate_per_s,
             replicas=self.replicas,
             acknowledged=len(acknowledged),
+            acknowledged_by_sync_producer=self.acknowledged_by_sync_producer,
             acknowledged_by_crash=(by_crash[0], by_crash[1], by_crash[2]),
             refused=self.refused,
             failed=self.failed,

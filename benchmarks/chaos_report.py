@@ -172,6 +172,7 @@ def print_report(report: Report) -> None:
         print(
             f"  durable:     {durable.acknowledged:,} enqueues acknowledged with "
             f"durability(replicas={durable.replicas}) at {durable.rate_per_s:g}/s "
+            f"({durable.acknowledged_by_sync_producer:,} by the SyncProducer) "
             "(before / during / after the failover: "
             f"{' / '.join(map(str, durable.acknowledged_by_crash))}), "
             f"{durable.delivered:,} delivered, {durable.lost} lost, {durable.invented} "

@@ -108,11 +108,13 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
 
 
 def check_durable_enqueues(durable: dict[str, Any]) -> None:
-    """Enqueues with durability(replicas=1) went on from the window's opening to its end, so
-    some returned before the failover and some after; whatever returned was delivered."""
+    """Enqueues with durability(replicas=1), from a service and from a SyncProducer, went on
+    from the window's opening to its end, so some returned before the failover and some
+    after; whatever returned was delivered."""
     before, _, after = durable["acknowledged_by_crash"]
     assert before > 0
     assert after > 0
+    assert durable["acknowledged_by_sync_producer"] > 0  # blocking code's producer too
     assert durable["lost"] == 0
     assert durable["delivered"] == durable["acknowledged"]
     assert durable["invented"] == 0
