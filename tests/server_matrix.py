@@ -209,6 +209,8 @@ MATRIX_MODULES = frozenset(
     {
         "test_access",  # the ACL rule of each version range, FCALL or EVALSHA
         "test_browse",
+        "test_chaos",  # kills, cuts, a crash or a failover, durable enqueues through it
+        "test_cluster",  # an embedded cluster of each version
         "test_data_loss",  # FLUSHALL drops the functions (7.0+) or the script cache (6.2)
         "test_dead_letters",  # retries and dead letters
         "test_delivery",
@@ -234,6 +236,7 @@ CORE_TESTS = frozenset(
         "test_browse::test_inspect_tells_every_state_of_an_event",
         "test_browse::test_pages_follow_schedule_order_across_partitions",
         "test_browse::test_a_walk_lists_no_event_twice_while_dispatch_moves_events_past_its_cursor",
+        "test_cluster::test_an_embedded_cluster_starts_in_a_few_seconds_with_the_slots_split_evenly",
         "test_data_loss::test_a_running_service_records_its_types_again_and_keeps_serial_keys_and_limits",
         "test_dead_letters::test_failures_are_retried_then_dead_lettered_and_requeue_revives_them",
         "test_dead_letters::test_malformed_events_are_dead_lettered_and_the_consumer_goes_on",

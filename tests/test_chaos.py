@@ -11,6 +11,7 @@ was told was stored may be lost."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -38,7 +39,7 @@ WORKERS = 2
     ids=["single-server", "cluster-partitioned", "cluster-failover", "sentinel-failover"],
 )
 def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
-    tmp_path: pathlib.Path, topology: list[str]
+    tmp_path: pathlib.Path, topology: list[str], server_binary: pathlib.Path
 ) -> None:
     """3,000 events due over 8 s, 2 workers killed with SIGKILL every 1.5-3 s and restarted,
     connections cut every 0.1-0.4 s, and the server (on a cluster one master) SIGKILLed and
@@ -64,6 +65,8 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
             *topology,
         ],
         cwd=REPO_ROOT,
+        # Every server the run starts is this run's version (`--servers all`: each of them).
+        env={**os.environ, "AIOQUEUE_SERVER_BINARY": str(server_binary)},
         capture_output=True,
         text=True,
         timeout=110,

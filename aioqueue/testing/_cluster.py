@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ class EmbeddedCluster:
     returns the same CLUSTER SLOTS, and every replica's link to its master is up. The slots
     are split in equal contiguous ranges, master i taking the i-th. Start-up takes about 2 s:
     a fresh master only accepts writes 2 s after it started (the server's own writable delay).
+    `binary` is every node's server (find_server_binary's by default): Redis 6.2 or newer, or
+    Valkey.
 
     The admin methods are synchronous (they block for a few milliseconds per node, or up to
     `timeout` while waiting); from async code run them in a thread
@@ -57,6 +60,7 @@ class EmbeddedCluster:
         replicas_per_master: int = 0,
         node_timeout_ms: int = 5000,
         extra_args: Sequence[str] = (),
+        binary: pathlib.Path | None = None,
     ) -> None:
         if masters < 1 or replicas_per_master < 0:
             raise ValueError(
@@ -66,7 +70,7 @@ class EmbeddedCluster:
         self.masters_count = masters
         self.replicas_per_master = replicas_per_master
         self.node_timeout_ms = node_timeout_ms
-        binary = find_server_binary()
+        binary = binary if binary is not None else find_server_binary()
         ports = _free_ports(masters * (1 + replicas_per_master))
         args = [
             "--cluster-enabled", "yes",
@@ -126,7 +130,8 @@ class EmbeddedCluster:
                 first, last = _slot_share(index, self.masters_count)
                 with self._admin(node) as admin:
                     self.node_ids[node.port] = str(admin.execute_command("CLUSTER", "MYID"))
-                    admin.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+                    # ADDSLOTS rather than ADDSLOTSRANGE, which Redis 6.2 does not have.
+                    admin.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
                     # Distinct epochs up front, so no epoch collision has to be resolved later.
                     admin.execute_command("CLUSTER", "SET-CONFIG-EPOCH", index + 1)
             for node in self.nodes[self.masters_count :]:
