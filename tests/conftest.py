@@ -19,7 +19,10 @@ The server matrix: `--servers` decides which other versions a test whose runs in
 - `none`: the default server only.
 - `NAME,...`: every test of the matrix modules on these versions, where NAME is a name of
   the matrix or `NAME=PATH` for a binary of your own (`--servers redis-7.2=/opt/bin/redis-server`).
-A version whose binary is the default server's is not run twice.
+A version whose binary is the default server's is not run twice. With `all` or `NAME,...`, a
+test marked for "cluster" or "sentinel" also runs on a cluster and a Sentinel group of each
+of those versions (ids ending in [cluster-redis-6.2] and so on); `core` leaves topologies on
+the default server, so that CI starts no cluster or group per version.
 
 `--topologies all` runs every test marked for "standalone" and "cluster" through the Sentinel
 group too; by default (`core`) only the tests marked for "sentinel" do.
@@ -107,7 +110,8 @@ def _matrix_binaries(selection: str) -> dict[str, pathlib.Path | None]:
                     f"--servers: unknown server {name!r}; give one of "
                     f"{sorted(server_matrix.SERVERS)}, NAME=PATH, core, all or none"
                 )
-    if clash := set(wanted) & set(BACKENDS):
+    clash = {n for n in wanted if n in BACKENDS or n.startswith(tuple(f"{t}-" for t in TOPOLOGIES))}
+    if clash:
         raise pytest.UsageError(f"--servers: {sorted(clash)} names a backend, not a server")
     default = find_server_binary().resolve()
     return {
@@ -126,10 +130,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     backends = list(marker.args) if marker is not None else ["standalone"]
     if not backends or not set(backends) <= set(BACKENDS):
         raise pytest.UsageError(f"backends() takes names from {BACKENDS}, got {backends}")
-    if "standalone" in backends:
-        backends += _other_versions(metafunc)
     if _every_topology(metafunc.config, backends):
         backends.append("sentinel")
+    versions = _other_versions(metafunc)
+    topologies = [b for b in backends if b in TOPOLOGIES]
+    if "standalone" in backends:
+        backends += versions
+    if metafunc.config.stash[_MATRIX_SELECTION] != "core":
+        backends += [f"{topology}-{version}" for topology in topologies for version in versions]
     if marker is not None or backends != ["standalone"]:
         metafunc.parametrize("redis_backend", backends, indirect=True)
 
@@ -151,6 +159,19 @@ def _other_versions(metafunc: pytest.Metafunc) -> list[str]:
         return []
     binaries = config.stash[_MATRIX_BINARIES]
     return list(binaries)
+
+
+def topology_and_version(backend: str) -> tuple[str, str]:
+    """A backend's topology ("standalone", "cluster" or "sentinel") and server version (a name
+    of the matrix, or "standalone" for the default server): "cluster-redis-6.2" is
+    ("cluster", "redis-6.2"), "redis-6.2" ("standalone", "redis-6.2"), "cluster" ("cluster",
+    "standalone")."""
+    if backend in TOPOLOGIES:
+        return backend, "standalone"
+    for topology in TOPOLOGIES:
+        if backend.startswith(f"{topology}-"):
+            return topology, backend.removeprefix(f"{topology}-")
+    return "standalone", backend
 
 
 @pytest.fixture(scope="session")
@@ -178,38 +199,84 @@ def matrix_servers(request: pytest.FixtureRequest) -> Iterator[Callable[[str], E
         server.stop()
 
 
-def backend_binary(binaries: dict[str, pathlib.Path | None], backend: str) -> pathlib.Path:
-    """The server binary of a standalone backend."""
-    if backend == "standalone":
+def backend_binary(binaries: dict[str, pathlib.Path | None], version: str) -> pathlib.Path:
+    """The server binary of a version: "standalone" (the default server) or a matrix name."""
+    if version == "standalone":
         return find_server_binary()
-    binary = binaries.get(backend)
+    binary = binaries.get(version)
     # None: a server of the matrix that is not installed, and binary() says how to install it.
-    return binary if binary is not None else server_matrix.SERVERS[backend].binary()
+    return binary if binary is not None else server_matrix.SERVERS[version].binary()
 
 
 @pytest.fixture
 def server_binary(redis_backend: str, request: pytest.FixtureRequest) -> pathlib.Path:
     """The binary of this run's standalone backend: the default server's or another version's."""
-    if redis_backend in TOPOLOGIES:
+    topology, version = topology_and_version(redis_backend)
+    if topology != "standalone":
         raise pytest.UsageError("server_binary serves standalone backends only")
-    return backend_binary(request.config.stash[_MATRIX_BINARIES], redis_backend)
+    return backend_binary(request.config.stash[_MATRIX_BINARIES], version)
 
 
 @pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[EmbeddedCluster]:
-    """One 3-master cluster (no replicas) shared by the whole session, started on first use."""
-    with EmbeddedCluster(masters=3) as cluster:
-        yield cluster
+def session_clusters(request: pytest.FixtureRequest) -> Iterator[Callable[[str], EmbeddedCluster]]:
+    """The session's 3-master cluster (no replicas) of each version, started on first use."""
+    binaries = request.config.stash[_MATRIX_BINARIES]
+    started: dict[str, EmbeddedCluster] = {}
+
+    def cluster_of(version: str) -> EmbeddedCluster:
+        if version not in started:
+            cluster = EmbeddedCluster(masters=3, binary=backend_binary(binaries, version))
+            cluster.start()  # stops its nodes itself when it fails
+            started[version] = cluster
+        return started[version]
+
+    yield cluster_of
+    for cluster in started.values():
+        cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(
+    redis_backend: str, session_clusters: Callable[[str], EmbeddedCluster]
+) -> EmbeddedCluster:
+    """The session cluster of this run's version (the default server's unless the backend
+    names one)."""
+    return session_clusters(topology_and_version(redis_backend)[1])
 
 
 @pytest.fixture(scope="session")
-def redis_sentinel() -> Iterator[EmbeddedSentinel]:
-    """One primary with a replica, watched by three sentinels, shared by the whole session and
-    started on first use. Tests that kill or fail over a primary start a group of their own;
-    this one's sentinels wait 30 s before they take its primary for down, so that a primary
-    slowed by a loaded machine is never failed over under a test."""
-    with EmbeddedSentinel(down_after_ms=30_000, failover_timeout_ms=60_000) as group:
-        yield group
+def session_sentinels(
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[[str], EmbeddedSentinel]]:
+    """The session's Sentinel group of each version, started on first use: a primary with a
+    replica, watched by three sentinels. Tests that kill or fail over a primary start a group
+    of their own; these sentinels wait 30 s before they take the primary for down, so that a
+    primary slowed by a loaded machine is never failed over under a test."""
+    binaries = request.config.stash[_MATRIX_BINARIES]
+    started: dict[str, EmbeddedSentinel] = {}
+
+    def group_of(version: str) -> EmbeddedSentinel:
+        if version not in started:
+            group = EmbeddedSentinel(
+                down_after_ms=30_000,
+                failover_timeout_ms=60_000,
+                binary=backend_binary(binaries, version),
+            )
+            group.start()  # stops its processes itself when it fails
+            started[version] = group
+        return started[version]
+
+    yield group_of
+    for group in started.values():
+        group.stop()
+
+
+@pytest.fixture
+def redis_sentinel(
+    redis_backend: str, session_sentinels: Callable[[str], EmbeddedSentinel]
+) -> EmbeddedSentinel:
+    """The session Sentinel group of this run's version."""
+    return session_sentinels(topology_and_version(redis_backend)[1])
 
 
 @pytest.fixture
@@ -224,10 +291,11 @@ def redis_backend(request: pytest.FixtureRequest) -> str:
 def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
     """The session server's `redis://` URL, the session cluster's `redis+cluster://` one or
     the session Sentinel group's `redis+sentinel://` one."""
-    if redis_backend == "cluster":
+    topology, _ = topology_and_version(redis_backend)
+    if topology == "cluster":
         cluster: EmbeddedCluster = request.getfixturevalue("redis_cluster")
         return cluster.url
-    if redis_backend == "sentinel":
+    if topology == "sentinel":
         group: EmbeddedSentinel = request.getfixturevalue("redis_sentinel")
         return group.url
     if redis_backend != "standalone":
@@ -252,10 +320,12 @@ async def redis_client(redis_url: str) -> AsyncIterator[RedisClient]:
 
 @pytest.fixture
 def server_factory(redis_backend: str, request: pytest.FixtureRequest) -> Iterator[ServerFactory]:
-    """Start servers of their own (e.g. `appendonly=True`), of this run's version (standalone
-    backends) or the default one; all are stopped at teardown."""
+    """Start servers of their own (e.g. `appendonly=True`), of this run's version (the
+    default one unless the backend names another); all are stopped at teardown."""
     servers: list[EmbeddedServer] = []
-    binary = None if redis_backend in TOPOLOGIES else request.getfixturevalue("server_binary")
+    binary = backend_binary(
+        request.config.stash[_MATRIX_BINARIES], topology_and_version(redis_backend)[1]
+    )
 
     def make(**kwargs: Any) -> EmbeddedServer:
         server = EmbeddedServer(**{"binary": binary, **kwargs})
