@@ -135,3 +135,16 @@ def command_calls(node: EmbeddedServer, command: str) -> int:
     with admin(node) as client:
         stats = client.info("commandstats").get(f"cmdstat_{command}", {})
     return int(stats.get("calls", 0)) + int(stats.get("rejected_calls", 0))
+
+
+def restart_as_replica(old_primary: EmbeddedServer, new_primary: EmbeddedServer) -> None:
+    """Starts a primary that was failed over from again, as the new primary's replica, and
+    waits until it is in sync (durable writes need a replica to confirm them)."""
+    old_primary.extra_args = (
+        *old_primary.extra_args,
+        "--replicaof",
+        new_primary.host,
+        str(new_primary.port),
+    )
+    old_primary.start()
+    wait_for_replicas(new_primary, [old_primary])

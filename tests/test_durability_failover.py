@@ -33,9 +33,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from aioqueue import EventService, EventServiceBuilder, FixedDelays, ServiceState
 from aioqueue._engine.client import client_from_url
 from aioqueue._engine.keys import QueueKeys, QueueLayout
-from aioqueue.testing import EmbeddedCluster, EmbeddedSentinel, EmbeddedServer
+from aioqueue.testing import EmbeddedCluster, EmbeddedSentinel
 from tests.failover_flow import Flow, Outcome
-from tests.replication_support import cut_off, resume, wait_for_replicas
+from tests.replication_support import cut_off, restart_as_replica, resume, wait_for_replicas
 from tests.support import PaymentCheck, wait_until
 
 TIMEOUT = 0.2  # of durability: short, so that refused tries come back fast
@@ -189,17 +189,6 @@ async def test_sentinel_failover_loses_no_acknowledged_event_with_durability(
             still_pending=still_pending,
         )  # fmt: skip
     check(flow.outcome(), run, f"sentinel, {'durable' if durable else 'control'}", durable=durable)
-
-
-def restart_as_replica(old_primary: EmbeddedServer, new_primary: EmbeddedServer) -> None:
-    old_primary.extra_args = (
-        *old_primary.extra_args,
-        "--replicaof",
-        new_primary.host,
-        str(new_primary.port),
-    )
-    old_primary.start()
-    wait_for_replicas(new_primary, [old_primary])
 
 
 # -- Redis Cluster: three masters, a replica each ---------------------------------------------
