@@ -33,7 +33,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
@@ -181,22 +181,37 @@ def redis_server() -> Iterator[EmbeddedServer]:
         yield server
 
 
+class _Startable(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+StartableT = TypeVar("StartableT", bound=_Startable)
+
+
+def _one_per_version(
+    request: pytest.FixtureRequest, make: Callable[[pathlib.Path], StartableT]
+) -> Iterator[Callable[[str], StartableT]]:
+    """A session fixture's body: one server (or cluster, or group) per version, made from its
+    binary and started on first use, all stopped when the session ends."""
+    binaries = request.config.stash[_MATRIX_BINARIES]
+    started: dict[str, StartableT] = {}
+
+    def of(version: str) -> StartableT:
+        if version not in started:
+            made = started[version] = make(backend_binary(binaries, version))
+            made.start()  # registered first, so that a failed start is cleaned up too
+        return started[version]
+
+    yield of
+    for made in started.values():
+        made.stop()
+
+
 @pytest.fixture(scope="session")
 def matrix_servers(request: pytest.FixtureRequest) -> Iterator[Callable[[str], EmbeddedServer]]:
     """The session's server of each other version, started on first use."""
-    binaries = request.config.stash[_MATRIX_BINARIES]
-    started: dict[str, EmbeddedServer] = {}
-
-    def server_of(name: str) -> EmbeddedServer:
-        if name not in started:
-            server = EmbeddedServer(binary=backend_binary(binaries, name))
-            started[name] = server  # before start, so that a failed start is cleaned up too
-            server.start()
-        return started[name]
-
-    yield server_of
-    for server in started.values():
-        server.stop()
+    yield from _one_per_version(request, lambda binary: EmbeddedServer(binary=binary))
 
 
 def backend_binary(binaries: dict[str, pathlib.Path | None], version: str) -> pathlib.Path:
@@ -220,19 +235,7 @@ def server_binary(redis_backend: str, request: pytest.FixtureRequest) -> pathlib
 @pytest.fixture(scope="session")
 def session_clusters(request: pytest.FixtureRequest) -> Iterator[Callable[[str], EmbeddedCluster]]:
     """The session's 3-master cluster (no replicas) of each version, started on first use."""
-    binaries = request.config.stash[_MATRIX_BINARIES]
-    started: dict[str, EmbeddedCluster] = {}
-
-    def cluster_of(version: str) -> EmbeddedCluster:
-        if version not in started:
-            cluster = EmbeddedCluster(masters=3, binary=backend_binary(binaries, version))
-            cluster.start()  # stops its nodes itself when it fails
-            started[version] = cluster
-        return started[version]
-
-    yield cluster_of
-    for cluster in started.values():
-        cluster.stop()
+    yield from _one_per_version(request, lambda binary: EmbeddedCluster(masters=3, binary=binary))
 
 
 @pytest.fixture
@@ -252,23 +255,11 @@ def session_sentinels(
     replica, watched by three sentinels. Tests that kill or fail over a primary start a group
     of their own; these sentinels wait 30 s before they take the primary for down, so that a
     primary slowed by a loaded machine is never failed over under a test."""
-    binaries = request.config.stash[_MATRIX_BINARIES]
-    started: dict[str, EmbeddedSentinel] = {}
 
-    def group_of(version: str) -> EmbeddedSentinel:
-        if version not in started:
-            group = EmbeddedSentinel(
-                down_after_ms=30_000,
-                failover_timeout_ms=60_000,
-                binary=backend_binary(binaries, version),
-            )
-            group.start()  # stops its processes itself when it fails
-            started[version] = group
-        return started[version]
+    def group(binary: pathlib.Path) -> EmbeddedSentinel:
+        return EmbeddedSentinel(down_after_ms=30_000, failover_timeout_ms=60_000, binary=binary)
 
-    yield group_of
-    for group in started.values():
-        group.stop()
+    yield from _one_per_version(request, group)
 
 
 @pytest.fixture
