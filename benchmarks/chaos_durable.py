@@ -1,10 +1,11 @@
 """Durable enqueues in the chaos run: acknowledged events through a failover.
 
-With replicas (`--replicas N`), the crash of the chaos run is a failover, and replication is
-asynchronous: a master can die with writes its replicas never got. An enqueue made with
-`durability(replicas=N)` returns only once the replicas have its events, so whatever such an
-enqueue acknowledged must survive the failover. This module checks that under the whole of
-the chaos, not in a staged failover only (tests/test_durability_failover.py stages one):
+With replicas (a cluster's, `--replicas N`, or the Sentinel group's, `--sentinel`), the crash
+of the chaos run is a failover, and replication is asynchronous: a master can die with writes
+its replicas never got. An enqueue made with `durability(replicas=N)` returns only once the
+replicas have its events, so whatever such an enqueue acknowledged must survive the
+failover. This module checks that under the whole of the chaos, not in a staged failover
+only (tests/test_durability_failover.py stages one):
 
 - Producers in the driver process enqueue main events (ids `durable-N`, due DUE_IN_S later)
   one after another from PRODUCERS tasks at a steady total rate, from the moment the window
