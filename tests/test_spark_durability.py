@@ -8,7 +8,7 @@ the old primary is back as a replica finishes it."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -140,12 +140,12 @@ async def test_a_durable_run_that_a_failover_cuts_short_fails_and_a_second_run_f
 
             running.start_soon(first_run)
 
-            async def rows_on_replica() -> int:
-                return int(await on_replica.hlen(KEYS.events))
+            async def replica_has_a_tenth() -> bool:
+                return int(await on_replica.hlen(KEYS.events)) >= MID_RUN_ROWS // 10
 
-            await wait_until(lambda: _at_least(rows_on_replica, MID_RUN_ROWS // 10), within=60)
+            await wait_until(replica_has_a_tenth, within=60)
             await anyio.to_thread.run_sync(group.kill, primary)
-            rows_at_kill = await rows_on_replica()
+            rows_at_kill = int(await on_replica.hlen(KEYS.events))
             await anyio.to_thread.run_sync(group.wait_for_failover, primary)
         outcome = first if isinstance(first, ScheduleResult) else type(first).__name__
         print(f"\nthe primary died with {rows_at_kill} rows on the replica; the run: {outcome}")
@@ -178,11 +178,9 @@ async def run_until_it_returns(run: Callable[[], ScheduleResult]) -> ScheduleRes
     return await off_loop(run)
 
 
-async def _at_least(count: Callable[[], Awaitable[int]], wanted: int) -> bool:
-    return await count() >= wanted
-
-
 async def _rows_on(server: EmbeddedServer) -> int:
+    # A connection of its own each time: the sentinels close every client connection of the
+    # replica they promote.
     async with redis.asyncio.Redis.from_url(server.url) as client:
         return int(await client.hlen(KEYS.events))
 
