@@ -48,6 +48,7 @@ Every loop is bounded in count and in time; all traffic stays on 127.0.0.1.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -55,7 +56,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -73,7 +74,7 @@ from chaos_flow import (
     plan_flow_events,
     rate_limit_for,
 )
-from chaos_pool import WORKER_READY_TIMEOUT, WorkerPool, kill_workers
+from chaos_pool import WORKER_READY_TIMEOUT, WorkerPool
 from chaos_report import (
     SLICES,
     Chaos,
@@ -146,15 +147,20 @@ def plan_events(
     return events
 
 
-async def cut_connections(
-    target: Target, args: argparse.Namespace, rng: random.Random, until: float
+async def now_and_then(
+    fault: Callable[[], Awaitable[object]],
+    every: tuple[float, float],
+    rng: random.Random,
+    until: float,
 ) -> None:
-    low, high = args.cut_every
+    """Runs `fault` after a random pause of `every` (LOW-HIGH seconds), again and again until
+    the monotonic time `until`: the cuts and the worker kills."""
+    low, high = every
     for _ in range(math.ceil((until - time.monotonic()) / low) + 1):
         await anyio.sleep(rng.uniform(low, high))
         if time.monotonic() >= until:
             return
-        await target.cut(rng)
+        await fault()
 
 
 async def restart_server(
@@ -260,8 +266,13 @@ async def drive(args: argparse.Namespace) -> Report:
                         run_durable_producer, durable, target, args, window_opens, chaos_until
                     )
                 if args.faults:
-                    chaos_tasks.start_soon(cut_connections, target, args, rng, chaos_until)
-                    chaos_tasks.start_soon(kill_workers, pool, args, rng, chaos_until, tg)
+                    cut = functools.partial(target.cut, rng)
+                    chaos_tasks.start_soon(now_and_then, cut, args.cut_every, rng, chaos_until)
+
+                    async def kill() -> None:
+                        await pool.kill_and_replace(rng.randrange(args.workers), tg)
+
+                    chaos_tasks.start_soon(now_and_then, kill, args.kill_every, rng, chaos_until)
                     chaos_tasks.start_soon(
                         restart_server,
                         target,

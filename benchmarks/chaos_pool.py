@@ -1,11 +1,9 @@
 """The chaos run's worker processes, seen from the driver (see chaos.py): a slot per worker,
-each running one `chaos.py worker` process at a time, SIGKILLed and replaced at random."""
+each running one `chaos.py worker` process at a time, SIGKILLed and replaced on demand."""
 
 from __future__ import annotations
 
 import argparse
-import math
-import random
 import subprocess
 import sys
 import time
@@ -16,7 +14,7 @@ from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 from chaos_report import Chaos
 
-__all__ = ["WORKER_READY_TIMEOUT", "WorkerPool", "kill_workers"]
+__all__ = ["WORKER_READY_TIMEOUT", "WorkerPool"]
 
 DRIVER = Path(__file__).resolve().parent / "chaos.py"
 REPO_ROOT = DRIVER.parent.parent
@@ -119,18 +117,3 @@ class WorkerPool:
                 await process.wait()
         for process in running:
             await process.aclose()
-
-
-async def kill_workers(
-    pool: WorkerPool,
-    args: argparse.Namespace,
-    rng: random.Random,
-    until: float,
-    task_group: TaskGroup,
-) -> None:
-    low, high = args.kill_every
-    for _ in range(math.ceil((until - time.monotonic()) / low) + 1):
-        await anyio.sleep(rng.uniform(low, high))
-        if time.monotonic() >= until:
-            return
-        await pool.kill_and_replace(rng.randrange(args.workers), task_group)
