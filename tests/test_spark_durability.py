@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(180)
 
 ROWS = 3000
 # Rows of the run a failover cuts short: enough that it is still writing when the primary dies.
-MID_RUN_ROWS = 60_000
+MID_RUN_ROWS = 30_000
 RERUN_TIMEOUT = 5.0
 RERUNS = 3
 
