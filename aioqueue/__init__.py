@@ -11,6 +11,7 @@ From blocking code (Django, Flask, scripts): SyncProducer(url).enqueue(event, de
 from ._engine.browse import EventInfo, PendingEvent, PendingPage
 from ._engine.envelope import DeadLetter
 from ._model.config import Durability, ProducerConfig, ServiceConfig
+from ._model.delivery import Delivery, current_delivery
 from ._model.errors import (
     AioqueueError,
     ConfigurationError,
@@ -20,6 +21,7 @@ from ._model.errors import (
     InvalidCursorError,
     InvalidEnqueueError,
     InvalidEventError,
+    OutsideHandlerError,
     PartitionCountMismatchError,
     PayloadDecodeError,
     PayloadTooLargeError,
@@ -41,6 +43,7 @@ __all__ = [
     "AioqueueError",
     "ConfigurationError",
     "DeadLetter",
+    "Delivery",
     "Durability",
     "DurabilityError",
     "Event",
@@ -61,6 +64,7 @@ __all__ = [
     "NoInstrumentation",
     "NoMetrics",
     "Outcome",
+    "OutsideHandlerError",
     "PartitionCountMismatchError",
     "PayloadDecodeError",
     "PayloadTooLargeError",
@@ -76,6 +80,7 @@ __all__ = [
     "ServiceState",
     "ServiceStateError",
     "SyncProducer",
+    "current_delivery",
     "event_context",
     "event_type_name",
 ]

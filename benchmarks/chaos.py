@@ -23,7 +23,8 @@ were stored may be lost (chaos_durable.py). `--sentinel` runs it on a primary wi
 (or `--replicas N`) behind three sentinels: a cut closes a client connection of the
 primary, and the crash is a failover as on the cluster with replicas.
 
-Each worker appends one line per handler call (`id  due_ms  now_ms`) to a file of its own
+Each worker appends one line per handler call (`id  due_ms  now_ms  attempt  attempt_due_ms`,
+the last two from current_delivery()) to a file of its own
 with a single write(2) on an O_APPEND descriptor, *before* the handler returns and the event
 is acknowledged. A SIGKILL cannot undo a write that returned, and the files are outside the
 server under test, so the record is truthful: an acknowledged event was recorded first, and
@@ -38,9 +39,13 @@ their limit violations and overlapping calls of one key must be 0.
 
 At the end: delivered, duplicated, lost (scheduled, never handed to a handler, not dead),
 dead, invented (delivered but never scheduled), the lateness of first deliveries, and the
-schedule's ticks missing between the first and the last delivered one. The exit status is 1
-if anything was invented or wrongly dead, or, with AOF on or replicas, lost, left pending or
-a tick missing, or, with replicas, a durable enqueue's event lost, invented or given up.
+schedule's ticks missing between the first and the last delivered one. Two counters watch the
+lease protocol: events dead-lettered without any handler call, and events a killed worker
+had begun whose next attempt was due later than the lease (`--lease`, 1 s) plus the
+scheduling interval after the kill. The exit status is 1 if anything was invented or wrongly
+dead, either lease counter is not 0, or, with AOF on or replicas, something was lost, left
+pending or a tick missing, or, with replicas, a durable enqueue's event lost, invented or
+given up.
 The worker processes are driven by chaos_pool.py, the options are in chaos_args.py.
 Every loop is bounded in count and in time; all traffic stays on 127.0.0.1.
 """
@@ -60,6 +65,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 import redis.asyncio as redis
@@ -87,6 +93,7 @@ from chaos_topology import Target, cluster, sentinel_group, single_server
 from chaos_worker import (
     EVENT_TYPE,
     PREFIX,
+    SCHEDULING_INTERVAL,
     TICK_PREFIX,
     TICK_SECONDS,
     ChaosEvent,
@@ -202,18 +209,70 @@ async def wait_drained(
     return False
 
 
-def read_deliveries(logs: Path) -> tuple[list[tuple[str, int, float]], int]:
-    """Every recorded handler call as (id, due ms, handled ms), and the torn lines skipped."""
-    calls: list[tuple[str, int, float]] = []
+class Call(NamedTuple):
+    """One recorded handler call."""
+
+    event_id: str
+    due_ms: int
+    """When the event was due (the time it carries)."""
+    handled_ms: float
+    """When its handler began (epoch ms)."""
+    attempt: int
+    delivery_due_ms: int
+    """When this attempt was due (current_delivery().due_at): for an attempt after a lost
+    one, when that one's lease ended."""
+    worker: str
+    """The worker process that made the call (see WorkerPool)."""
+
+
+def read_deliveries(logs: Path) -> tuple[list[Call], int]:
+    """Every recorded handler call, and the torn lines skipped."""
+    calls: list[Call] = []
     torn = 0
     for path in sorted(logs.glob("*.deliveries")):
         for line in path.read_text().splitlines():
             parts = line.split("\t")
-            if len(parts) != 3:
+            if len(parts) != 5:
                 torn += 1
                 continue
-            calls.append((parts[0], int(parts[1]), float(parts[2])))
+            event_id, due_ms, handled_ms, attempt, delivery_due_ms = parts
+            calls.append(
+                Call(
+                    event_id,
+                    int(due_ms),
+                    float(handled_ms),
+                    int(attempt),
+                    int(delivery_due_ms),
+                    path.stem,
+                )
+            )
     return calls, torn
+
+
+def late_after_kills(
+    calls: Sequence[Call], kills_ms: dict[str, float], lease_ms: float
+) -> tuple[int, int]:
+    """Of the events a killed worker had begun and that another attempt handled after the
+    kill: how many, and how many of those next attempts were due later than the lease plus
+    the scheduling interval after the kill (a killed worker's events must be due again
+    within one lease, whatever the handler timeout)."""
+    by_event: dict[str, list[Call]] = {}
+    for call in calls:
+        by_event.setdefault(call.event_id, []).append(call)
+    came_back = late = 0
+    bound_ms = lease_ms + SCHEDULING_INTERVAL * 1000
+    for worker, killed_ms in kills_ms.items():
+        begun = {call.event_id: call for call in calls if call.worker == worker}
+        for event_id, last in begun.items():
+            later = [
+                call
+                for call in by_event[event_id]
+                if call.attempt > last.attempt and call.handled_ms >= killed_ms
+            ]
+            if later:
+                came_back += 1
+                late += min(c.delivery_due_ms for c in later) > killed_ms + bound_ms
+    return came_back, late
 
 
 async def drive(args: argparse.Namespace) -> Report:
@@ -313,7 +372,7 @@ async def drive(args: argparse.Namespace) -> Report:
             else None,
         )
 
-    ticks = sorted({due_ms for event_id, due_ms, _ in calls if event_id.startswith(TICK_PREFIX)})
+    ticks = sorted({call.due_ms for call in calls if call.event_id.startswith(TICK_PREFIX)})
     durable_report = None
     if durable is not None:
         durable_report = durable.report(
@@ -325,20 +384,21 @@ async def drive(args: argparse.Namespace) -> Report:
         )
     flow_prefixes = (TICK_PREFIX, LIMITED_PREFIX, KEYED_PREFIX, DURABLE_PREFIX)
     calls = [call for call in calls if not call[0].startswith(flow_prefixes)]
+    back_after_kill, late_after_kill = late_after_kills(calls, chaos.kills_ms, args.lease * 1000)
     tick_ms = round(TICK_SECONDS * 1000)
     expected_ticks = (ticks[-1] - ticks[0]) // tick_ms + 1 if ticks else 0
     expected = {event.id for event in events}
     healthy_calls = [call for call in calls if call[0] not in poisoned]
-    per_id = Counter(event_id for event_id, _, _ in healthy_calls)
+    per_id = Counter(call.event_id for call in healthy_calls)
     first: dict[str, float] = {}
     slices: list[list[float]] = [[] for _ in range(SLICES)]
     window_ms = args.window * 1000
-    for event_id, due_ms, handled_ms in sorted(healthy_calls, key=lambda call: call[2]):
+    for event_id, due_ms, handled_ms, *_ in sorted(healthy_calls, key=lambda call: call[2]):
         if event_id not in first:
             first[event_id] = late = max(0.0, handled_ms - due_ms)
             index = int((due_ms - first_due_ms) / window_ms * SLICES)
             slices[min(SLICES - 1, max(0, index))].append(late)
-    handed_out = {event_id for event_id, _, _ in calls}
+    handed_out = {call.event_id for call in calls}
     # Still pending at the end (only when the drain timed out) is late, not lost.
     lost = (expected - poisoned - set(first) - dead_ids - pending_ids) | (
         poisoned - dead_ids - pending_ids
@@ -362,13 +422,16 @@ async def drive(args: argparse.Namespace) -> Report:
         lost=len(lost),
         dead=len(dead_ids),
         dead_unexpected=len(dead_ids - poisoned),
+        dead_unhandled=len(dead_ids - handed_out),
+        back_after_kill=back_after_kill,
+        late_after_kill=late_after_kill,
         invented=len(handed_out - expected),
         pending_at_end=len(pending_ids),
         delivered_before_server_restart=len(
             {
-                event_id
-                for event_id, _, handled_ms in healthy_calls
-                if handled_ms < chaos.server_restart_at_ms
+                call.event_id
+                for call in healthy_calls
+                if call.handled_ms < chaos.server_restart_at_ms
             }
         ),
         lateness_ms=percentiles(lateness),
@@ -407,7 +470,8 @@ def main(argv: Sequence[str]) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(asdict(report), indent=2) + "\n")
     flow = report.flow
-    failed = report.invented > 0 or report.dead_unexpected > 0
+    failed = report.invented > 0 or report.dead_unexpected > 0 or report.dead_unhandled > 0
+    failed = failed or report.late_after_kill > 0
     failed = failed or flow.limit_violations > 0 or flow.key_overlaps > 0
     if report.aof or report.replicas:
         # Kept on disk, or on the replica that takes over: nothing may be missing.

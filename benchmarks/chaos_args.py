@@ -24,6 +24,7 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
         worker.add_argument("--url", required=True)
         worker.add_argument("--log", required=True)
         worker.add_argument("--handler-timeout", type=float, required=True)
+        worker.add_argument("--lease", type=float, required=True)
         worker.add_argument("--handler-ms", type=float, required=True)
         worker.add_argument("--retry-attempts", type=int, required=True)
         worker.add_argument("--parallelism", type=int, required=True)
@@ -77,6 +78,9 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
     parser.add_argument("--kill-every", type=seconds_range, default=(2.0, 4.0), metavar="LOW-HIGH")
     parser.add_argument("--cut-every", type=seconds_range, default=(0.1, 0.5), metavar="LOW-HIGH")
     parser.add_argument("--handler-timeout", type=float, default=2.0)
+    parser.add_argument(
+        "--lease", type=float, default=1.0, help="seconds a killed worker's events stay leased"
+    )
     parser.add_argument("--handler-ms", type=float, default=5.0, help="most ms a handler works")
     parser.add_argument("--retry-attempts", type=int, default=3)
     parser.add_argument("--drain-timeout", type=float, default=60.0)

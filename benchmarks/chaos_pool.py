@@ -54,6 +54,8 @@ class WorkerPool:
                 str(self._logs / f"{name}.deliveries"),
                 "--handler-timeout",
                 str(self._args.handler_timeout),
+                "--lease",
+                str(self._args.lease),
                 "--handler-ms",
                 str(self._args.handler_ms),
                 "--retry-attempts",

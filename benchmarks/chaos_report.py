@@ -62,6 +62,13 @@ class Report:
     dead: int
     dead_unexpected: int
     """Dead letters that are not poisoned events."""
+    dead_unhandled: int
+    """Dead letters whose event no handler was ever handed (the lease protocol: must be 0)."""
+    back_after_kill: int
+    """Events a killed worker had begun that another attempt handled after the kill."""
+    late_after_kill: int
+    """Of those, the events whose next attempt was due later than the lease plus the
+    scheduling interval after the kill (the lease protocol: must be 0)."""
     invented: int
     """Ids handed to a handler that were never scheduled."""
     pending_at_end: int
@@ -179,7 +186,14 @@ def print_report(report: Report) -> None:
             f"invented; tries refused {durable.refused}, failed otherwise {durable.failed}, "
             f"given up {durable.given_up}"
         )
-    print(f"  dead:        {report.dead:,} ({report.dead_unexpected} not poisoned)")
+    print(
+        f"  dead:        {report.dead:,} ({report.dead_unexpected} not poisoned, "
+        f"{report.dead_unhandled} never handed to a handler)"
+    )
+    print(
+        f"  leases:      {report.back_after_kill} events of killed workers came back, "
+        f"{report.late_after_kill} of them due later than the lease plus the scheduling interval"
+    )
     print(f"  invented:    {report.invented}")
     print(f"  pending:     {report.pending_at_end} at the end (drained: {report.drained})")
     lateness = "  ".join(f"{name} {value:g}" for name, value in report.lateness_ms.items())

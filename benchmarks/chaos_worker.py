@@ -15,9 +15,10 @@ from pathlib import Path
 import anyio
 from chaos_flow import add_flow_handlers, with_rate_limit
 
-from aioqueue import Event, EventService, EventServiceBuilder, FixedDelays
+from aioqueue import Event, EventService, EventServiceBuilder, FixedDelays, current_delivery
 
 PREFIX = "chaos"
+SCHEDULING_INTERVAL = 0.1
 EVENT_TYPE = "ChaosEvent"
 # Every worker declares this schedule; ticks are logged like events, ids prefixed.
 TICK_SECONDS = 0.25
@@ -65,7 +66,10 @@ async def run_worker(args: argparse.Namespace) -> None:
 
     def record(event_id: str, due_ms: int) -> None:
         # One write(2) per line, before returning: see the module docstring.
-        os.write(log, f"{event_id}\t{due_ms}\t{time.time() * 1000:.1f}\n".encode())
+        delivery = current_delivery()
+        attempt_due_ms = round(delivery.due_at.timestamp() * 1000)
+        line = f"{event_id}\t{due_ms}\t{time.time() * 1000:.1f}\t{delivery.attempt}\t"
+        os.write(log, f"{line}{attempt_due_ms}\n".encode())
 
     async def handle(event: ChaosEvent) -> bool:
         record(event.id, event.due_ms)
@@ -91,9 +95,10 @@ async def run_worker(args: argparse.Namespace) -> None:
         EventService.builder()
         .url(args.url)
         .prefix(PREFIX)
-        .scheduling_interval(0.1)
+        .scheduling_interval(SCHEDULING_INTERVAL)
         .polling_timeout(0.5)
         .handler_timeout(args.handler_timeout)
+        .lease(args.lease)
         .retry_attempts(args.retry_attempts)
         .retry_policy(FixedDelays([0.2]))
         .shutdown_grace(2.0)

@@ -70,6 +70,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "every test that runs on one server and on the cluster runs through Sentinel too",
     )
     parser.addoption(
+        "--full-size",
+        action="store_true",
+        help="run the tests that default to a scaled-down scenario at the size their issue "
+        "names (minutes each; see the `full_size` fixture)",
+    )
+    parser.addoption(
         "--servers",
         default="core",
         help="server versions the matrix tests also run on: core (default: the core tests "
@@ -331,6 +337,13 @@ def server_factory(redis_backend: str, request: pytest.FixtureRequest) -> Iterat
 
 
 @pytest.fixture
+def full_size(request: pytest.FixtureRequest) -> bool:
+    """Whether `--full-size` asks for the scenarios at the size their issue names, rather
+    than the same shape with times cut down to fit the default suite."""
+    return bool(request.config.getoption("full_size"))
+
+
+@pytest.fixture
 def service_builder(redis_client: RedisClient) -> Callable[[], EventServiceBuilder]:
     """Builders on the (flushed) session server or cluster with settings that keep tests fast."""
 
@@ -341,6 +354,7 @@ def service_builder(redis_client: RedisClient) -> Callable[[], EventServiceBuild
             .scheduling_interval(0.05)
             .polling_timeout(0.2)
             .handler_timeout(1.0)
+            .lease(1.0)
             .shutdown_grace(2.0)
             .retry_policy(FixedDelays([0.05]))
         )

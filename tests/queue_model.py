@@ -6,6 +6,13 @@ of Redis with the model.
 Time is made deterministic by the only two leases and delays used: 0 (due at once: for a
 lease, the worker is lost and its lease has already run out) and one hour (never due during
 a test).
+
+The lease protocol (aioqueue/_delivery/leases.py, the leases section of lua/_prelude.lua):
+dispatch counts an attempt provisionally, the claim spends it (the envelope is marked
+`claimed`), a delivery no worker claimed within its lease spends nothing, a worker renews
+what it holds and gives back what it cannot finish. The model counts the handler calls begun
+(claims, less the ones given back unbegun) apart from the attempt, and the check after every
+step holds the two together: attempts counted = handler calls begun.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.pausing import pause, resume
 from aioqueue._engine.rate_limits import set_rate_limit
 from aioqueue._engine.settings_marks import mark_recorded
-from aioqueue._engine.store import DispatchResult, QueueStore
+from aioqueue._engine.store import DispatchResult, GivenBack, QueueStore, renew_leases
 from aioqueue._engine.writes import DueTime, EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
 from tests.queue_model_walk import Walk, take_page
@@ -74,6 +81,11 @@ class Pending:
     it again, or parks it and so ends that attempt)."""
     since: int | None = None
     """A debounced event's series start, as stored."""
+    claimed: bool = False
+    """The attempt under way was claimed (handed to a worker): it is spent, and its lease
+    is the worker's to renew."""
+    begun: int = 0
+    """Handler calls begun for this version: claims, less those given back unbegun."""
     parked: bool = False
     """Due, but set aside by dispatch because another event holds its serial key. Parking
     rewrites the envelope: copies in the ready list go stale, and an attempt under way (a
@@ -376,28 +388,52 @@ class QueueModel(SteppedRedis):
             self._dispatch_some(result, due, None, lease_ms, before)
             return
         pushed: list[str] = []
-        buried = 0
-        self._moved(*due)  # each one is pushed or buried
+        buried = extended = 0
+        self._moved(*due)  # each one is pushed, extended or buried
         for event_id in due:
             event = self.pending[event_id]
+            if event.under_way and not event.claimed:
+                # No worker claimed it within its lease: nothing is spent. Its copy in the
+                # ready list is rewritten beside the envelope (another lease, its place
+                # kept); without one it is pushed again.
+                event.due_now = lease_ms == 0
+                event.generation = self._new_generation()
+                copies = [i for i, copy in enumerate(self.ready) if copy.event_id == event_id]
+                if copies:
+                    self.ready[copies[0]] = Copy(event_id, event.generation)
+                    extended += 1
+                else:
+                    pushed.append(event_id)
+                continue
             if event.attempt >= MAX_ATTEMPTS:
-                error = event.error or (
-                    f"attempt {event.attempt} did not finish within the handler timeout"
-                )
-                self._bury(event_id, error)
+                self._bury(event_id, self._last_error(event))
                 buried += 1
                 continue
+            if event.claimed:
+                event.error = lapsed_error(event.attempt)
+                event.claimed = False
             event.attempt += 1
             event.due_now = lease_ms == 0
             event.under_way = True
             event.generation = self._new_generation()
             pushed.append(event_id)
-        assert (result.dispatched, result.buried) == (len(pushed), buried)
+        assert (result.dispatched, result.buried, result.extended) == (
+            len(pushed),
+            buried,
+            extended,
+        )
         # The order of one dispatch's pushes follows the scores' millisecond ties, which the
         # model does not know: take the server's order, after checking it is these events.
         tail = self.ready_ids()[len(self.ready) :]
         assert sorted(tail) == sorted(pushed)
         self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
+
+    @staticmethod
+    def _last_error(event: Pending) -> str:
+        """The error an event out of attempts is buried with by dispatch."""
+        if event.claimed:
+            return lapsed_error(event.attempt)
+        return event.error or f"out of attempts after attempt {event.attempt}"
 
     def _dispatch_some(
         self,
@@ -413,20 +449,18 @@ class QueueModel(SteppedRedis):
         went to the ready list, which to the dead letters and which were parked (`before`
         holds the stored envelopes from before the call). That the choice kept one event per
         key under way is checked after every step."""
-        if taken is not None:
-            assert result.dispatched + result.buried + result.parked == taken
         stored = cast("dict[bytes, bytes]", self.run(self.client.hgetall(KEYS.events)))
         scheduled = self.run(self.client.zrange(KEYS.schedule, 0, -1))
         parked = set()
         pushed = []
+        extended = 0
         for event_id in due:
             event = self.pending[event_id]
             raw = stored.get(event_id.encode())
             if raw is None:
                 assert event.attempt >= MAX_ATTEMPTS, f"{event_id} vanished"
-                self._bury(event_id, event.error or (
-                    f"attempt {event.attempt} did not finish within the handler timeout"
-                ))  # fmt: skip
+                assert not (event.under_way and not event.claimed), "an unclaimed one buried"
+                self._bury(event_id, self._last_error(event))
             elif event_id.encode() not in scheduled:
                 assert "parked" in envelope_fields(raw), f"{event_id} left the schedule unparked"
                 self._park(event_id)
@@ -435,14 +469,34 @@ class QueueModel(SteppedRedis):
             elif raw != before.get(event_id.encode()) and "parked" in envelope_fields(raw):
                 # Parked and back in the same call (see below): rewritten all the same.
                 self._park(event_id)
+            elif raw == before.get(event_id.encode()):
+                continue  # not taken by this call
+            elif event.under_way and not event.claimed:
+                # Unclaimed within its lease: another lease where its copy waits, or pushed
+                # again (see dispatch).
+                self._moved(event_id)
+                event.due_now = lease_ms == 0
+                event.generation = self._new_generation()
+                copies = [i for i, copy in enumerate(self.ready) if copy.event_id == event_id]
+                if copies:
+                    self.ready[copies[0]] = Copy(event_id, event.generation)
+                    extended += 1
+                else:
+                    pushed.append(event_id)
             elif envelope_fields(raw).get("attempt", 0) == event.attempt + 1:
                 self._moved(event_id)
+                if event.claimed:
+                    event.error = lapsed_error(event.attempt)
+                    event.claimed = False
                 event.attempt += 1
                 event.due_now = lease_ms == 0
                 event.under_way = True
                 event.generation = self._new_generation()
                 pushed.append(event_id)
         assert len(pushed) == result.dispatched
+        assert extended == result.extended
+        if taken is not None:
+            assert result.dispatched + result.buried + result.parked + result.extended == taken
         # Parked and back in the same call (its key was freed by a burial or a replacement
         # that moved to another key) counts as parked, and is due again.
         assert len(parked) <= result.parked
@@ -457,6 +511,9 @@ class QueueModel(SteppedRedis):
         key's holder). Its attempt count stays: parking spends none."""
         self._moved(event_id)
         event = self.pending[event_id]
+        if event.claimed:
+            event.error = lapsed_error(event.attempt)
+            event.claimed = False
         event.under_way = False
         event.generation = self._new_generation()
 
@@ -487,6 +544,10 @@ class QueueModel(SteppedRedis):
             assert (envelope.version, envelope.attempt) == (event.version, event.attempt)
             assert envelope.payload == event.payload
             event.due_now = lease_ms == 0
+            # The claim marks the stored envelope: every other copy of it is stale.
+            event.claimed = True
+            event.begun += 1
+            event.generation = self._new_generation()
             self.held.append(Held(envelope))
         if self.rate_limit is not None:
             self.starts += len(envelopes)
@@ -541,14 +602,18 @@ class QueueModel(SteppedRedis):
         if outcome == "cancel-held":
             self.cancel(held.id)
             return
-        if outcome == "extend-held":  # a sync handler past its timeout (lease 0 or an hour)
-            self.extend_lease(held, delay_ms)
+        if outcome == "extend-held":  # the worker renews its lease (0 or an hour)
+            self.renew(held, delay_ms)
             return
         self.held.remove(Held(held))
         if outcome == "success":
             self.succeed(held)
         elif outcome == "crash":
             pass  # nothing is settled: only the lease the claim set remains
+        elif outcome == "hand-back":  # its worker stops before the handler began
+            self.hand_back(held, cut_off=None)
+        elif outcome == "cut-off":  # its worker stops after its grace, the handler cut off
+            self.hand_back(held, cut_off=f"attempt {held.attempt} was cut off")
         else:
             # With retry 0 or an hour, like the leases.
             self.fail(held, delay_ms, bury=outcome == "undecodable")
@@ -560,20 +625,46 @@ class QueueModel(SteppedRedis):
             del self.pending[envelope.id]
             self._moved(envelope.id)
 
-    def extend_lease(self, envelope: Envelope, lease_ms: int) -> None:
-        """Only the attempt still under way may be kept leased: never another version, nor
-        an attempt dispatched again or settled meanwhile."""
-        extended = self.run(self.store.extend_lease(envelope, lease_ms))
+    def _holds(self, envelope: Envelope) -> bool:
+        """Whether the claimed attempt `envelope` is still the one under way: not settled,
+        replaced, cancelled, parked, nor taken again after its lease lapsed."""
         event = self.pending.get(envelope.id)
-        under_way = (
+        return (
             event is not None
-            and event.under_way  # not parked since, which ended it
+            and event.under_way
+            and event.claimed
             and (event.version, event.attempt) == (envelope.version, envelope.attempt)
         )
-        assert extended is under_way
-        if event is not None and under_way:
+
+    def renew(self, envelope: Envelope, lease_ms: int) -> None:
+        """Only the attempt still under way may be renewed: never another version, nor an
+        attempt dispatched again or settled meanwhile."""
+        held = self._holds(envelope)
+        renewal = self.store.renewal([envelope], lease_ms)
+        [lost] = self.run(renew_leases(self.client, [renewal]))
+        assert lost == ([] if held else [1])
+        if held:
             self._moved(envelope.id)
-            event.due_now = lease_ms == 0
+            self.pending[envelope.id].due_now = lease_ms == 0
+
+    def hand_back(self, envelope: Envelope, *, cut_off: str | None) -> None:
+        """A stopping worker gives the attempt back, due now: uncounted when no handler began
+        it (its count is what it was before the claim), spent when its handler was cut off."""
+        held = self._holds(envelope)
+        given = self.run(self.store.hand_back([GivenBack(envelope, cut_off)]))
+        assert given == (1 if held else 0)
+        if not held:
+            return
+        self._moved(envelope.id)
+        event = self.pending[envelope.id]
+        if cut_off is None:
+            event.attempt -= 1
+            event.begun -= 1
+        else:
+            event.error = cut_off
+        event.claimed = event.under_way = False
+        event.due_now = True
+        event.generation = self._new_generation()
 
     def fail(self, envelope: Envelope, retry_ms: int, *, bury: bool) -> None:
         error = f"failed attempt {envelope.attempt} of version {envelope.version}"
@@ -582,7 +673,10 @@ class QueueModel(SteppedRedis):
                 envelope, error, retry_delay_ms=retry_ms, max_attempts=MAX_ATTEMPTS, bury=bury
             )
         )
-        if not self._is_current(envelope):
+        event = self.pending.get(envelope.id)
+        if not self._is_current(envelope) or (event and event.attempt != envelope.attempt):
+            # Replaced or cancelled, or taken again by another worker after this attempt's
+            # lease lapsed.
             assert outcome == "stale"
             return
         self._moved(envelope.id)
@@ -594,7 +688,7 @@ class QueueModel(SteppedRedis):
             assert outcome == "retry"
             event.error = error
             event.due_now = retry_ms == 0
-            event.under_way = False
+            event.under_way = event.claimed = False
             # A lost attempt parked since: its retry is scheduled, out of the parked set.
             event.parked = False
             event.generation = self._new_generation()
@@ -609,6 +703,14 @@ class QueueModel(SteppedRedis):
     def ready_ids(self) -> list[str]:
         raws = cast("list[bytes]", self.run(self.client.lrange(KEYS.ready, 0, -1)))
         return [envelope_fields(raw)["id"] for raw in raws]
+
+
+def lapsed_error(attempt: int) -> str:
+    """What dispatch.lua records for an attempt whose claimed lease lapsed."""
+    return (
+        f"attempt {attempt} was lost: its worker stopped renewing the lease (it died, or lost "
+        "its connection to Redis) before the handler finished"
+    )
 
 
 def envelope_fields(raw: bytes) -> dict[str, Any]:

@@ -24,9 +24,19 @@ def check_redis_holds_exactly_the_model(model: QueueModel) -> None:
     under_way = sum(1 for raw in events.values() if "due_at" in envelope_fields(raw))
     assert state.under_way == under_way, "the count of attempts under way drifted"
     for event_id, event in model.pending.items():
+        stored = envelope_fields(events[event_id])
+        # The lease protocol: an attempt is spent only by a claim, so the attempts counted
+        # are the handler calls begun, and one more while a pushed delivery waits unclaimed.
+        unclaimed = event.under_way and not event.claimed
+        if event.under_way:
+            # An unclaimed delivery's lease ends half a millisecond before a whole one.
+            marked = schedule[event_id] % 1 == 0.5
+            assert marked is unclaimed, f"{event_id}'s lease does not say whether it is claimed"
+        assert stored.get("attempt", 0) == event.begun + unclaimed, (
+            f"{event_id}: attempts counted are not the handler calls begun"
+        )
         if event.parked:
             continue
-        stored = envelope_fields(events[event_id])
         assert (stored_version(stored), stored.get("attempt", 0)) == (
             event.version,
             event.attempt,
@@ -47,6 +57,8 @@ def check_redis_holds_exactly_the_model(model: QueueModel) -> None:
             event.attempt,
         )
         assert letter["error"] == event.error
+        # Never buried without a handler call: every attempt it had was begun.
+        assert letter.get("attempt", 0) == event.begun >= 1, f"{event_id} died unhandled"
     assert state.ready == [copy.event_id for copy in model.ready]
     assert state.keys <= {
         KEYS.schedule,

@@ -104,7 +104,7 @@ async def test_a_walk_lists_no_event_twice_while_dispatch_moves_events_past_its_
         await release.wait()
         return True
 
-    builder = service_builder().handler_timeout(30).partitions(PaymentCheck, partitions)
+    builder = service_builder().lease(30).partitions(PaymentCheck, partitions)
     async with builder.build() as service:
         service.add_handler(PaymentCheck, hold, parallelism=8)
         for n in range(300):
@@ -112,7 +112,7 @@ async def test_a_walk_lists_no_event_twice_while_dispatch_moves_events_past_its_
         layout = QueueLayout("aioqueue", "PaymentCheck", partitions)
 
         async def leased() -> int:
-            """Events whose score is a lease end (30 s and more ahead), not a due time."""
+            """Events whose score is a lease end (30 s ahead), not a due time."""
             later = await server_time_ms(redis_client) + 10_000
             counts = [await redis_client.zcount(k.schedule, later, "+inf") for k in layout.all_keys]
             return sum(counts)

@@ -55,16 +55,16 @@ async def test_list_and_show(
     assert sorted(letter["id"] for letter in letters) == ["i-0", "i-1", "i-2"]
     first = next(letter for letter in letters if letter["id"] == "i-1")
     assert first["type"] == "Invoice"
-    assert first["error"] == "ValueError: card declined for 1"
+    assert first["error"] == "attempt 1 raised ValueError: card declined for 1"
     assert first["attempts"] == 1
     assert orjson.loads(first["payload"]) == {"amount": 1}
 
     text = await run_cli("dead", "list", "Invoice", "--url", redis_url)
     assert text.stdout.splitlines()[0].split()[:4] == ["TYPE", "ID", "ATTEMPTS", "DIED"]
-    assert "ValueError: card declined for 2" in text.stdout
+    assert "attempt 1 raised ValueError: card declined for 2" in text.stdout
 
     shown = await run_cli("dead", "show", "Invoice", "i-2", "--url", redis_url, "--json")
-    assert shown.json()["error"] == "ValueError: card declined for 2"
+    assert shown.json()["error"] == "attempt 1 raised ValueError: card declined for 2"
     shown_text = await run_cli("dead", "show", "Invoice", "i-2", "--url", redis_url)
     assert 'payload:  {"amount":2}' in shown_text.stdout
 

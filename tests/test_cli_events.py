@@ -109,4 +109,4 @@ async def test_run_now_says_a_dead_event_is_requeued_instead(
     assert ran.json()["result"] == "dead"
     shown = await run_cli("events", "show", "PaymentCheck", "p-1", "--url", redis_url, "--json")
     assert shown.json()["state"] == "dead"
-    assert shown.json()["last_error"].endswith("reject returned False")
+    assert shown.json()["last_error"].endswith("reject returned False on attempt 1")

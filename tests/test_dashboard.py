@@ -129,8 +129,8 @@ async def test_numbers_match_redis_and_requeue_button_requeues(
         assert abs(shown_overdue(browser, "Export") - export_stats.oldest_overdue) < 3
 
         assert shown_dead_letters(browser) == {
-            "i-0": "ValueError: card declined for order 0",
-            "i-1": "ValueError: card declined for order 1",
+            "i-0": "attempt 1 raised ValueError: card declined for order 0",
+            "i-1": "attempt 1 raised ValueError: card declined for order 1",
         }
         # The charts have drawn the history so far.
         assert browser.find_elements(By.CSS_SELECTOR, "#depth-chart polyline")
@@ -162,7 +162,11 @@ async def test_a_dead_letter_whose_id_has_slashes_is_shown_and_requeued(
     await bury(service_builder(), redis_client, Invoice(id=odd_id, amount=7), "card declined")
 
     await anyio.to_thread.run_sync(browser.get, f"{dashboard.base_url}/?interval=0.3")
-    await wait_for(lambda: shown_dead_letters(browser) == {odd_id: "ValueError: card declined"})
+    await wait_for(
+        lambda: (
+            shown_dead_letters(browser) == {odd_id: "attempt 1 raised ValueError: card declined"}
+        )
+    )
     await anyio.to_thread.run_sync(click_requeue, browser, odd_id)
     message = browser.find_element(By.ID, "message")
     await wait_for(lambda: message.text == f"Invoice {odd_id}: requeued")

@@ -166,7 +166,7 @@ async def test_a_dead_event_is_requeued_from_its_detail_view(
     await bury(service_builder(), redis_client, Invoice(id=odd_id, amount=8), "card declined")
     await open_type(browser, dashboard, "Invoice", odd_id)
     await wait_for(lambda: (detail(browser) or {}).get("state") == "dead")
-    assert (detail(browser) or {})["last"] == "ValueError: card declined"
+    assert (detail(browser) or {})["last"] == "attempt 1 raised ValueError: card declined"
     await anyio.to_thread.run_sync(click, browser, "#detail-actions .requeue")
     await wait_for(lambda: page(browser)["message"] == f"Invoice {odd_id}: requeued")
     envelope = await stored_envelope(redis_client, "Invoice", odd_id)
@@ -199,7 +199,7 @@ async def test_markup_from_redis_is_shown_as_text_and_never_runs(
     await wait_for(lambda: (detail(browser) or {}).get("state") == "retry_wait")
     shown = detail(browser)
     assert shown is not None
-    assert shown["last"] == f"ValueError: {HOSTILE}"
+    assert shown["last"] == f"attempt 1 raised ValueError: {HOSTILE}"
     assert shown["context"] == f"who = {HOSTILE}"
     assert orjson.loads(shown["payload"]) == {"note": HOSTILE}
     assert dict(page(browser)["rows"]) == {HOSTILE: "retry_wait"}

@@ -122,7 +122,7 @@ async def test_flaky_handler_retries_with_backoff(
     ]
     assert lines[-1] == (
         "dead letter charge-2 after 4 attempts: "
-        "PaymentProviderDown: provider unavailable for order 2"
+        "attempt 4 raised PaymentProviderDown: provider unavailable for order 2"
     )
     # On the server AIOQUEUE_URL names, not on an embedded one of its own.
     assert await redis_client.hexists("flaky-example:{Charge}:dead_letters", "charge-2")

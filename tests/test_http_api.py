@@ -232,7 +232,7 @@ async def test_stats_dead_letters_and_requeue(
     listing = (await http.get("/dead-letters", params={"type": "Invoice"})).json()
     letters = {letter["id"]: letter for letter in listing["dead_letters"]}
     assert set(letters) == {"i-0", "i-1", "i-2"}
-    assert letters["i-1"]["error"] == "ValueError: declined 1"
+    assert letters["i-1"]["error"] == "attempt 1 raised ValueError: declined 1"
     one = (await http.get("/dead-letters/Invoice/i-0")).json()
     assert (one["attempts"], orjson.loads(one["payload"])) == (1, {"amount": 0, "note": ""})
     assert (await http.get("/dead-letters/Invoice/nope")).status_code == 404

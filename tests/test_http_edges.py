@@ -141,7 +141,7 @@ async def test_ids_with_slashes_are_shown_and_requeued(
         assert shown.status_code == 200, (event_id, shown.text)
         assert (shown.json()["id"], shown.json()["error"]) == (
             event_id,
-            f"ValueError: refused {event_id}",
+            f"attempt 1 raised ValueError: refused {event_id}",
         )
         requeued = await http.post(f"{path}/requeue")
         assert requeued.status_code == 200, (event_id, requeued.text)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import cast
 
 import anyio
+import orjson
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
@@ -114,7 +115,7 @@ async def test_handler_outliving_the_grace_is_cancelled_and_its_event_kept(
     redis_client: RedisClient, service_builder: Callable[[], EventServiceBuilder]
 ) -> None:
     """A handler still running after `shutdown_grace` is cancelled on time, and its event is
-    delivered again later instead of being lost."""
+    given back at once, due now, its attempt spent and the cut recorded as its error."""
     started = anyio.Event()
     cancelled: list[str] = []
 
@@ -141,10 +142,14 @@ async def test_handler_outliving_the_grace_is_cancelled_and_its_event_kept(
     envelope = await pending_envelope(redis_client, "p-1")
     assert envelope is not None
     assert envelope.attempt == 1
-    # Its next attempt is pre-scheduled at the end of the lease.
+    assert envelope.due_at == 0  # no attempt under way
+    raw = await redis_client.hget(KEYS.events, "p-1")
+    assert raw is not None
+    stored = orjson.loads(raw)
+    assert stored["error"].startswith("attempt 1 was cut off: its service stopped")
     next_attempt_ms = await redis_client.zscore(KEYS.schedule, "p-1")
     assert next_attempt_ms is not None
-    assert next_attempt_ms > await server_time_ms(redis_client)
+    assert next_attempt_ms <= await server_time_ms(redis_client)
 
     handler = Recorder()
     async with service_builder().build() as later:

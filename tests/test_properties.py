@@ -2,7 +2,8 @@
 
 Hypothesis generates sequences of enqueue, replace, debounced replace (max_wait), cancel,
 reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
-payload's `n` is the key), dispatch, claim, success, failure, crash, lease extension,
+payload's `n` is the key), dispatch, claim, success, failure, crash, lease renewal, a
+stopping worker's hand-back (of an attempt no handler began, and of one cut off),
 browsing (a walk through pending() whose pages interleave with the other operations, see
 tests/queue_model_walk.py), requeue, envelopes rewritten with the long keys an older
 release wrote, and the server losing its data (after which no dispatch may take anything
@@ -12,14 +13,19 @@ them) and, after every step, compares
 everything in Redis with a small model of the queue: no event may be lost (every pending
 event is in the schedule), none invented (nothing in Redis that the model does not have),
 and no stale copy may reach a handler; the count of attempts under way that `stats` reads
-must equal the envelopes that carry `due_at`. With serial keys, no two events of one key are under
-way at once, and no event parked on a key is left without a holder or an unparked event of
-its key that will take the key next (it would wait forever).
+must equal the envelopes that carry `due_at`. The lease protocol holds: the attempts counted
+are the handler calls begun (plus one while a pushed delivery waits unclaimed, however many
+leases it waits), a handed-back event keeps its attempt count (uncounted when unbegun), and
+no event reaches the dead letters without a handler call. With serial keys, no two events
+of one key are under way at once, and no event parked on a key is left without a holder or
+an unparked event of its key that will take the key next (it would wait forever).
 
 Time is made deterministic by the only two leases and delays used: 0 (due at once: for a
 lease, the worker is lost and its lease has already run out) and one hour (never due during
 a test). A "crash" drops a delivery without settling it; with a lease of 0 the next dispatch
-must hand the event out again, with a lease of an hour it must stay scheduled.
+must hand the event out again (the crashed attempt spent), with a lease of an hour it must
+stay scheduled. A dispatch with a lease of 0 leaves deliveries waiting unclaimed past their
+lease: the next dispatch must spend nothing on them.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ OPERATIONS = st.sampled_from(
     + ["success"] * 2
     + ["failure"] * 2
     + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "legacy", "lose"]
+    + ["hand-back", "cut-off"]
     # Twice, so that walks through pending() overlap often with the moves they must survive.
     + ["browse"] * 2
 )
@@ -99,6 +106,7 @@ SERIAL_STEPS = step_lists(
         + ["failure"] * 2
         + ["replace", "cancel", "reschedule", "serial", "crash", "browse", "requeue"]
         + ["undecodable", "replace-held", "cancel-held", "pause", "resume", "legacy", "lose"]
+        + ["hand-back", "cut-off"]
     ),
     st.sampled_from(["a", "b", "c", "d"]),
     st.integers(min_value=0, max_value=1).map(lambda n: f'{{"n":{n}}}'),

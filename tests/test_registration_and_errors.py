@@ -81,10 +81,10 @@ async def test_a_handler_that_returns_none_fails_with_a_hint(service_builder: Bu
         [payment] = await service.dead_letters(PaymentCheck)
         [timeout] = await service.dead_letters(OrderTimeout)
     assert payment.error.endswith(
-        "forgets_to_return returned None; return True when the event is done "
+        "forgets_to_return returned None on attempt 1; return True when the event is done "
         "(False or an exception to try again)"
     )
-    assert "returns_text returned 'done'; return True" in timeout.error
+    assert "returns_text returned 'done' on attempt 1; return True" in timeout.error
 
 
 @pytest.mark.backends("standalone")

@@ -220,3 +220,22 @@ async def test_a_streaming_query_delivers_every_row_once(
     assert {tuple(delivery.context.items()) for delivery in handler.deliveries} == {
         (("channel", "web"),)
     }
+
+
+async def test_a_null_in_a_field_that_is_not_optional_is_refused_over_connect(
+    spark_connect: SparkSession, redis_url: str, redis_client: redis.Redis, service_builder: Builder
+) -> None:
+    """The Connect client refuses what the classic session refuses (see
+    test_spark_schema_check.py): a null order_id, before anything is written."""
+    async with service_builder().build() as service:
+        service.add_handler(PaymentCheck, Recorder())
+        await service.enqueue(PaymentCheck(id="seed", order_id=1), 3600)
+        assert await service.cancel(PaymentCheck, "seed")
+    frame = spark_connect.range(0, 10, 1, 2).selectExpr(
+        "format_string('p-%d', id) AS id", "IF(id % 5 = 0, NULL, CAST(id AS INT)) AS order_id"
+    )
+    with pytest.raises(
+        InvalidDataFrameError, match=r"2 rows have a null in payload column 'order_id'"
+    ):
+        await off_loop(schedule_dataframe, frame, PaymentCheck, url=redis_url)
+    assert await redis_client.hlen(EVENTS) == 0

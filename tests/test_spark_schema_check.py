@@ -87,3 +87,33 @@ async def test_a_frame_that_fits_arrives_typed(
     assert delivery.event == Parcel("p-1", PLACED, Decimal("10.50"), [Line("x", 2), Line("y", 1)])
     assert isinstance(delivery.event, Parcel)
     assert str(delivery.event.total) == "10.50"
+
+
+@dataclass
+class Refund(Event):
+    id: str
+    order_id: int
+    reason: str | None
+
+
+async def test_a_null_in_a_field_that_is_not_optional_is_refused_before_anything_is_written(
+    spark: SparkSession, redis_url: str, redis_client: redis.Redis, service_builder: Builder
+) -> None:
+    """`order_id: int` takes no null, which enqueue and SyncProducer refuse at the call: the
+    frame is refused, naming the column and how many rows, and nothing is written; nulls
+    in the Optional `reason` are fine."""
+    async with service_builder().build() as service:
+        service.add_handler(Refund, Recorder())
+        await service.enqueue(Refund("seed", 1, None), 3600)
+        assert await service.cancel(Refund, "seed")
+    rows = [("r-1", 1, None), ("r-2", None, "late"), ("r-3", None, None)]
+    frame = spark.createDataFrame(rows, "id string, order_id int, reason string")
+    with pytest.raises(
+        InvalidDataFrameError,
+        match=r"nothing was scheduled: 2 rows have a null in payload column 'order_id', "
+        r"whose field is not Optional",
+    ):
+        await off_loop(schedule_dataframe, frame, Refund, url=redis_url, delay_col=None)
+    assert await redis_client.hlen(queue_key("Refund", "events")) == 0
+    fine = spark.createDataFrame([("r-1", 1, None)], "id string, order_id int, reason string")
+    assert await off_loop(schedule_dataframe, fine, Refund, url=redis_url) == ScheduleResult(1)

@@ -8,14 +8,14 @@ partition, then added up over a type's partitions):
   so pending minus the next three is how many wait for their time.
 - **due now**: pending events whose due time has passed but which no dispatcher has moved to
   the ready list yet (schedule score <= server now). Includes events whose worker was lost:
-  their pre-scheduled retry came due.
+  the lease it stopped renewing ran out.
 - **ready**: dispatched events whose delivery waits in the ready list for a consumer with a
   free handler slot. Stale copies in the list (of events cancelled, replaced or re-dispatched
   since, which consumers drop) are not counted.
 - **in flight**: events taken by a consumer whose attempt has no outcome yet: dispatched (the
   stored envelope carries `due_at`, which a failed attempt removes) and not in the ready
   list. A handler that runs, or a worker that died while running one: until a dispatcher
-  takes its event again after its lease (handler timeout + 1 s), that event also counts as
+  takes its event again after its lease (5 s by default), that event also counts as
   due now. Read from a counter the scripts keep (`under_way`), not from the envelopes, so
   `stats` costs the same at ten events or ten million.
 - **finished**: successes so far (acknowledged events), a running total the scripts keep;

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
 
+from aioqueue._engine.envelope import Envelope, EnvelopeError
 from aioqueue._engine.held_connection import HeldConnection
-from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
+from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._engine.store import Claimed, QueueStore
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.event import Event
 
 from .acknowledger import Acknowledger
-from .handler_runner import Handler, HandlerRunner, Succeeded
+from .handler_runner import Handler, HandlerRunner, NotStarted, Succeeded
 from .handler_timeouts import TimeoutLane
 from .handoff import Handoff
+from .leases import Lease, Leases
 from .slots import SlotPool, SlotRequest
 
 __all__ = ["Consumer"]
@@ -45,8 +49,7 @@ class _Partition:
 @dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
 class _Delivery:
     partition: _Partition
-    raw: bytes | str
-    claimed_at_ms: int
+    lease: Lease
 
 
 class Consumer:
@@ -61,6 +64,11 @@ class Consumer:
     taker, and the taker's next claim acknowledges it in the same script call that takes the
     next events: at full speed one round trip per batch settles the last batch and fetches
     the next one, and the slot changes hands atomically inside Redis.
+
+    Every claimed attempt is held in the service's Leases, renewed there, until it is
+    settled. When the consumer stops taking, what it claimed and no handler began is given
+    back at once; handlers still running when the service cuts them off (its shutdown grace
+    is over) are logged and their events given back too (see leases.py).
     """
 
     def __init__(
@@ -71,6 +79,7 @@ class Consumer:
         handler: Handler,
         parallelism: int,
         config: ServiceConfig,
+        leases: Leases,
         on_claiming: Callable[[int], None] = lambda ready_left: None,
         thread_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
@@ -89,12 +98,19 @@ class Consumer:
             config=config,
             thread_limiter=thread_limiter,
         )
+        self._leases = leases
         self._on_claiming = on_claiming
         self._parallelism = parallelism
         self._config = config
         self._slots = SlotPool(parallelism)
         self._taking = anyio.CancelScope()
+        self._working = anyio.CancelScope()
+        self._lanes: list[TimeoutLane] = []
         self._finished = anyio.Event()
+        self._not_started: list[Lease] = []
+        """Claimed attempts no handler began, to give back (see _give_back)."""
+        self._cut_off: list[Lease] = []
+        """Attempts whose handlers the service cut off as it stopped, to give back."""
 
     async def run(self) -> None:
         """Takes and handles events until stop_taking(), then waits for running handlers."""
@@ -102,51 +118,133 @@ class Consumer:
         # a worker to stop.
         deliveries: Handoff[_Delivery | None] = Handoff()
         try:
-            async with anyio.create_task_group() as timer:
-                timer.start_soon(self._runner.timeouts.run)
-                async with anyio.create_task_group() as workers:
-                    for _ in range(self._parallelism):
-                        workers.start_soon(self._work, deliveries)
-                    try:
-                        with self._taking:
-                            async with anyio.create_task_group() as takers:
-                                for partition in self._partitions:
-                                    takers.start_soon(self._take_events, partition, deliveries)
-                    finally:
-                        # After what was claimed: the workers finish every claimed event.
-                        for _ in range(self._parallelism):
-                            deliveries.put(None)
-                timer.cancel_scope.cancel()
+            with self._working:
+                await self._run(deliveries)
         finally:
+            await self._give_back()
             self._finished.set()
+
+    async def _run(self, deliveries: Handoff[_Delivery | None]) -> None:
+        async with anyio.create_task_group() as timer:
+            timer.start_soon(self._runner.timeouts.run)
+            async with anyio.create_task_group() as workers:
+                for _ in range(self._parallelism):
+                    workers.start_soon(self._work, deliveries)
+                try:
+                    with self._taking:
+                        async with anyio.create_task_group() as takers:
+                            for partition in self._partitions:
+                                takers.start_soon(self._take_events, partition, deliveries)
+                finally:
+                    # What was claimed and no worker has taken yet goes back at once, and
+                    # so does what waits for a thread: the workers finish what they began.
+                    self._runner.stop_waiting()
+                    self._not_started += [d.lease for d in deliveries.take_all() if d]
+                    await self._give_back()
+                    for _ in range(self._parallelism):
+                        deliveries.put(None)
+            timer.cancel_scope.cancel()
 
     def stop_taking(self) -> None:
         """Takes no more events; handlers already running go on."""
         self._taking.cancel()
 
+    def cut_off(self) -> None:
+        """Cancels the handlers still running (the service's shutdown grace is over): their
+        events are given back, spent. A sync handler's thread cannot be stopped: its call
+        goes on, its lease renewed, and its outcome is settled when it returns."""
+        now = time.monotonic()
+        for lane in self._lanes:
+            call = lane.call
+            if call is not None and call.lease.started is not None and lane.deadline == math.inf:
+                envelope = call.lease.envelope
+                logger.warning(
+                    "waiting for sync handler %s on %s %r (attempt %d), running for %.3g s: "
+                    "a thread cannot be stopped",
+                    self._runner.handler_name,
+                    envelope.event_type,
+                    envelope.id,
+                    envelope.attempt,
+                    now - call.lease.started,
+                )
+        self._working.cancel()
+
     async def wait_finished(self) -> None:
         await self._finished.wait()
+
+    async def _give_back(self) -> None:
+        """Gives back what no handler began (uncounted) and what was cut off (spent)."""
+        not_started, self._not_started = self._not_started, []
+        if not_started:
+            await self._leases.hand_back(not_started)
+        cut_off, self._cut_off = self._cut_off, []
+        if cut_off:
+            now = time.monotonic()
+            for lease in cut_off:
+                assert lease.started is not None
+                envelope = lease.envelope
+                logger.warning(
+                    "handler %s of %s %r (attempt %d) was cut off after %.3g s: the service "
+                    "stopped and its shutdown grace (%g s) was over; giving the event back, "
+                    "due now",
+                    self._runner.handler_name,
+                    envelope.event_type,
+                    envelope.id,
+                    envelope.attempt,
+                    now - lease.started,
+                    self._config.shutdown_grace,
+                )
+            await self._leases.hand_back(
+                cut_off, cut_off=self._cut_off_reason(cut_off[0].envelope.attempt)
+            )
+
+    def _cut_off_reason(self, attempt: int) -> str:
+        return (
+            f"attempt {attempt} was cut off: its service stopped before the handler "
+            f"finished (shutdown grace {self._config.shutdown_grace:g} s)"
+        )
 
     # -- workers ------------------------------------------------------------------------------
 
     async def _work(self, deliveries: Handoff[_Delivery | None]) -> None:
         """Handles deliveries until the takers have stopped and every claimed one is handled."""
         lane = self._runner.timeouts.lane()
+        self._lanes.append(lane)
         while True:
-            with anyio.CancelScope() as lane.scope:
-                await self._work_in_lane(deliveries, lane)
-                return
+            try:
+                with anyio.CancelScope() as lane.scope:
+                    await self._work_in_lane(deliveries, lane)
+                    return
+            except anyio.get_cancelled_exc_class():
+                # The service cut its handlers off (its grace is over): the call running in
+                # this lane, if one began, is given back as spent.
+                running = lane.call
+                if running is not None:
+                    if running.lease.started is None:
+                        self._not_started.append(running.lease)
+                    else:
+                        self._cut_off.append(running.lease)
+                raise
             # Only reached when the timeout cancelled the lane's scope (see HandlerTimeouts).
-            if await self._runner.settle_timeout(lane):
+            call = lane.call
+            if call is not None and await self._runner.settle_timeout(lane):
+                self._leases.end(call.lease)
                 self._slots.release(1)
 
     async def _work_in_lane(self, deliveries: Handoff[_Delivery | None], lane: TimeoutLane) -> None:
         while (delivery := await deliveries.get()) is not None:
             partition = delivery.partition
-            succeeded = await self._runner.run(
-                partition.store, delivery.raw, delivery.claimed_at_ms, lane
-            )
+            lease = delivery.lease
+            try:
+                succeeded = await self._runner.run(lease, lane)
+            except NotStarted:
+                # The consumer stopped taking while this call waited for a thread: give it
+                # back now, not when the calls that did start are over.
+                await self._leases.hand_back([lease])
+                self._slots.release(1)
+                continue
             if succeeded is None:
+                self._leases.end(lease)
                 self._slots.release(1)  # settled as a failure already
             elif partition.carries_acknowledgements:
                 partition.succeeded.append(succeeded)
@@ -167,6 +265,7 @@ class Consumer:
             else:
                 await partition.acknowledger.acknowledge_all([s.envelope for s in succeeded])
         for success in succeeded:
+            self._leases.end(success.lease)
             self._runner.report_success(success)
         self._slots.release(len(succeeded))
 
@@ -201,11 +300,13 @@ class Consumer:
                     continue
                 errors.reset()
                 for success in succeeded:
+                    self._leases.end(success.lease)
                     self._runner.report_success(success)
-                self._slots.release(granted + len(succeeded) - len(claimed.envelopes))
+                held = self._hold(store, claimed)
+                self._slots.release(granted + len(succeeded) - len(held))
                 partition.ready_left = claimed.ready_left
-                for raw in claimed.envelopes:
-                    deliveries.put(_Delivery(partition, raw, claimed.server_now_ms))
+                for lease in held:
+                    deliveries.put(_Delivery(partition, lease))
                 if claimed.limited_until_ms is not None and not partition.succeeded:
                     # The rate window is full: nothing can be handed out before it moves on.
                     wait = (claimed.limited_until_ms - claimed.server_now_ms + 1) / 1000
@@ -221,6 +322,21 @@ class Consumer:
             succeeded, partition.succeeded = partition.succeeded, []
             await self._acknowledge_apart(partition, succeeded)
             await partition.claims.release()
+
+    def _hold(self, store: QueueStore, claimed: Claimed) -> list[Lease]:
+        """The claimed attempts, each held (renewed) from now on."""
+        held = []
+        for raw in claimed.envelopes:
+            try:
+                envelope = Envelope.parse(raw, event_type=store.event_type)
+            except EnvelopeError as exc:
+                # dispatch.lua buries envelopes this would refuse, so only a disagreement
+                # between its checks and Envelope.parse lands here; unsettled, it comes back
+                # when its lease ends, until it is buried as lost.
+                logger.error("%s: unusable envelope %r: %s", store.event_type, raw, exc)
+                continue
+            held.append(self._leases.hold(store, envelope, claimed.server_now_ms))
+        return held
 
     async def _claim(
         self, partition: _Partition, count: int, succeeded: list[Succeeded]

@@ -295,7 +295,7 @@ class Dispatcher:
         return delay
 
     def _pause_after(self, key: str, result: DispatchResult, call_size: int) -> float:
-        if result.dispatched + result.buried + result.parked >= result.limit:
+        if result.taken >= result.limit:
             # As many as allowed: more may be due right now. Go on at once if the ready list
             # has room for another whole call; otherwise topping it up a few events at a
             # time would cost a script call per claim, so wait until it drains.

@@ -6,23 +6,25 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import anyio
 
-from aioqueue._engine.envelope import Envelope, EnvelopeError
+from aioqueue._engine.envelope import Envelope, died_at_from_ms
 from aioqueue._engine.recovery import REDIS_ERRORS, logger
-from aioqueue._engine.store import QueueStore
 from aioqueue._model.config import ServiceConfig
+from aioqueue._model.delivery import Delivery, delivery_under_way
 from aioqueue._model.errors import PayloadDecodeError
 from aioqueue._model.event import Event, event_context
 from aioqueue._model.metrics import Outcome
 
 from .acknowledger import SETTLE_TIMEOUT
 from .handler_timeouts import HandlerTimeouts, TimeoutLane
-from .threaded_calls import ThreadedCalls, is_async_handler, overrun_text
+from .leases import Lease
+from .threaded_calls import NotStarted, ThreadedCalls, is_async_handler, overrun_text
 
-__all__ = ["Handler", "HandlerRunner", "Succeeded"]
+__all__ = ["Handler", "HandlerRunner", "NotStarted", "Succeeded"]
 
 Handler = Callable[[Any], Awaitable[bool]] | Callable[[Any], bool]
 """An `async def` handler, or a plain function (run in a worker thread, see threaded_calls)."""
@@ -33,21 +35,40 @@ _RESULT_REPR_LIMIT = 200
 
 @dataclass(slots=True)
 class _Call:
-    """A handler call running in a lane, with what settling it needs."""
+    """A handler call running in a lane, with what settling it needs; also what
+    current_delivery() describes (see DeliverySource)."""
 
-    store: QueueStore
-    envelope: Envelope
+    lease: Lease
     lateness: float
+    """Seconds from the attempt's due time to its claim (what the metrics report)."""
     started: float
+    max_attempts: int
+
+    def delivery(self) -> Delivery:
+        lease = self.lease
+        envelope = lease.envelope
+        started = lease.started if lease.started is not None else time.monotonic()
+        return Delivery(
+            type=envelope.event_type,
+            id=envelope.id,
+            attempt=envelope.attempt,
+            max_attempts=self.max_attempts,
+            due_at=died_at_from_ms(envelope.due_at),
+            lateness=timedelta(seconds=lease.lateness(started)),
+        )
 
 
 @dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
 class Succeeded:
     """A delivery whose handler returned True: it still has to be acknowledged."""
 
-    envelope: Envelope
+    lease: Lease
     duration: float
     lateness: float
+
+    @property
+    def envelope(self) -> Envelope:
+        return self.lease.envelope
 
 
 class HandlerRunner:
@@ -70,7 +91,7 @@ class HandlerRunner:
         self._event_class = event_class
         self._handler = handler
         self._config = config
-        self.timeouts = HandlerTimeouts(config.handler_timeout)
+        self.timeouts = HandlerTimeouts(config.handler_timeout, on_stuck=self._report_stuck)
         # A callable object's repr can be long and changing; its class names it well enough.
         self.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
         self._threaded: ThreadedCalls | None = None
@@ -81,24 +102,19 @@ class HandlerRunner:
                 handler_name=self.handler_name,
                 limiter=thread_limiter or anyio.to_thread.current_default_thread_limiter(),
                 timeout=config.handler_timeout,
-                lease_ms=config.lease_ms,
             )
 
-    async def run(
-        self, store: QueueStore, raw: bytes | str, claimed_at_ms: int, lane: TimeoutLane
-    ) -> Succeeded | None:
-        """Handles one delivery in a worker's `lane` (see HandlerTimeouts, whose run() must
-        be running); returns the delivery if the handler succeeded, None if it was settled as
-        a failure here (or cannot be settled at all)."""
-        try:
-            envelope = Envelope.parse(raw, event_type=self._event_type)
-        except EnvelopeError as exc:
-            # dispatch.lua buries envelopes this would refuse, so only a disagreement between its
-            # checks and Envelope.parse lands here; unsettled, it is buried once its attempts
-            # run out.
-            logger.error("%s: unusable envelope %r: %s", self._event_type, raw, exc)
-            return None
-        lateness = max(0.0, (claimed_at_ms - envelope.due_at) / 1000)
+    def stop_waiting(self) -> None:
+        """Sync calls waiting for a thread give up (NotStarted): the service is stopping."""
+        if self._threaded is not None:
+            self._threaded.stop_waiting()
+
+    async def run(self, lease: Lease, lane: TimeoutLane) -> Succeeded | None:
+        """Handles one claimed attempt in a worker's `lane` (see HandlerTimeouts, whose run()
+        must be running); returns it if the handler succeeded, None if it was settled as a
+        failure here (or cannot be settled at all). Raises NotStarted when a sync handler's
+        call was still waiting for a thread as the service stopped."""
+        envelope = lease.envelope
         try:
             event = self._decode(envelope)
         except PayloadDecodeError as exc:
@@ -108,23 +124,26 @@ class HandlerRunner:
                 envelope.id,
                 exc,
             )
-            await self._settle_failure(store, envelope, str(exc), bury=True)
-            self.report("dead", envelope, duration=0.0, lateness=lateness)
+            await self._settle_failure(lease, str(exc), bury=True)
+            self.report("dead", envelope, duration=0.0, lateness=lease.claimed_late)
             return None
         started = time.perf_counter()
-        call = _Call(store, envelope, lateness, started)
+        call = _Call(lease, lease.claimed_late, started, self._config.retry_attempts)
         instrumented = self._config.instrumentation.handling(
             envelope.event_type, envelope.id, envelope.attempt, envelope.context
         )
         handling = instrumented.__enter__()
         try:
-            error = await self._call_handler(event, envelope, lane, call)
+            error = await self._call_handler(event, lane, call)
+        except NotStarted:
+            instrumented.__exit__(None, None, None)
+            raise
         except BaseException as exc:
             if lane.call is call and lane.cut:
                 # Cut off by the timeout: for the instrumentation a failed attempt like any
                 # other, although the cancellation still has to reach the lane's scope (see
                 # settle_timeout), so it is not passed to the context manager as a crash.
-                handling.finished(self._timed_out())
+                handling.finished(self._timed_out(envelope.attempt))
                 instrumented.__exit__(None, None, None)
             else:
                 instrumented.__exit__(type(exc), exc, exc.__traceback__)
@@ -133,9 +152,9 @@ class HandlerRunner:
         instrumented.__exit__(None, None, None)
         duration = time.perf_counter() - started
         if error is None:
-            return Succeeded(envelope, duration, lateness)
-        outcome = await self._settle_failure(store, envelope, error, bury=False)
-        self.report(outcome, envelope, duration=duration, lateness=lateness)
+            return Succeeded(lease, duration, call.lateness)
+        outcome = await self._settle_failure(lease, error, bury=False)
+        self.report(outcome, envelope, duration=duration, lateness=call.lateness)
         return None
 
     async def settle_timeout(self, lane: TimeoutLane) -> bool:
@@ -146,12 +165,26 @@ class HandlerRunner:
         if call is None:
             return False
         duration = time.perf_counter() - call.started
-        outcome = await self._settle_failure(call.store, call.envelope, self._timed_out())
-        self.report(outcome, call.envelope, duration=duration, lateness=call.lateness)
+        envelope = call.lease.envelope
+        outcome = await self._settle_failure(call.lease, self._timed_out(envelope.attempt))
+        self.report(outcome, envelope, duration=duration, lateness=call.lateness)
         return True
 
-    def _timed_out(self) -> str:
-        return f"handler {self.handler_name} timed out after {self.timeouts.timeout:g} s"
+    def _report_stuck(self, call: _Call) -> None:
+        envelope = call.lease.envelope
+        logger.warning(
+            "handler %s on %s %r (attempt %d) was cut off at its timeout (%g s) but has not "
+            "stopped: it awaits something that ignores cancellation (a thread, a shielded "
+            "call); its event stays leased, and its slot taken, until it returns",
+            self.handler_name,
+            envelope.event_type,
+            envelope.id,
+            envelope.attempt,
+            self.timeouts.timeout,
+        )
+
+    def _timed_out(self, attempt: int) -> str:
+        return f"the handler did not finish within {self.timeouts.timeout:g} s on attempt {attempt}"
 
     def report_success(self, succeeded: Succeeded) -> None:
         """Reports a success once it is acknowledged (or once acknowledging it failed)."""
@@ -174,40 +207,48 @@ class HandlerRunner:
             )
         return self._config.serializer.decode(self._event_class, envelope.id, envelope.payload)
 
-    async def _call_handler(
-        self, event: Event, envelope: Envelope, lane: TimeoutLane, call: _Call
-    ) -> str | None:
+    async def _call_handler(self, event: Event, lane: TimeoutLane, call: _Call) -> str | None:
         """Runs the handler in `lane` (whose scope the timeout cancels); returns None on
         success, else the error text. A cut-off call ends in the lane's cancellation."""
-        token = event_context.set(dict(envelope.context))
+        envelope = call.lease.envelope
+        attempt = envelope.attempt
+        context_token = event_context.set(dict(envelope.context))
+        delivery_token = delivery_under_way.set(call)
         try:
             if self._threaded is None:
+                call.lease.started = time.monotonic()
                 self.timeouts.start(lane, call)
                 result = await self._handler(event)  # type: ignore[misc]
             else:
-                threaded = await self._threaded.call(event, call.store, envelope)
+                lane.call = call  # no deadline: a thread cannot be cut off (threaded_calls)
+                threaded = await self._threaded.call(event, call.lease)
                 if threaded.overran is not None:
-                    return overrun_text(self.handler_name, self.timeouts.timeout, threaded.overran)
+                    self.timeouts.stop(lane)
+                    return overrun_text(self.timeouts.timeout, attempt, threaded.overran)
                 result = threaded.value
+        except NotStarted:
+            self.timeouts.stop(lane)
+            raise
         except Exception as exc:
             logger.warning(
                 "handler %s failed on %s %r (attempt %d)",
                 self.handler_name,
                 envelope.event_type,
                 envelope.id,
-                envelope.attempt,
+                attempt,
                 exc_info=True,
             )
             self.timeouts.stop(lane)
-            return f"{type(exc).__name__}: {exc}"
+            return f"attempt {attempt} raised {type(exc).__name__}: {exc}"
         else:
             self.timeouts.stop(lane)
         finally:
-            event_context.reset(token)
+            delivery_under_way.reset(delivery_token)
+            event_context.reset(context_token)
         if result is True:
             return None
         if result is False:
-            return f"handler {self.handler_name} returned False"
+            return f"handler {self.handler_name} returned False on attempt {attempt}"
         if inspect.isawaitable(result):
             # A plain function (a lambda, a decorator's wrapper) that returns a coroutine: it
             # ran in a thread, and awaiting the coroutine here would run it without a timeout.
@@ -215,23 +256,23 @@ class HandlerRunner:
                 result.close()
             return (
                 f"handler {self.handler_name} is a plain function that returned "
-                f"{type(result).__name__}; register the async function itself"
+                f"{type(result).__name__} on attempt {attempt}; register the async function "
+                "itself"
             )
         shown = repr(result)
         if len(shown) > _RESULT_REPR_LIMIT:
             shown = shown[:_RESULT_REPR_LIMIT] + "..."
         return (
-            f"handler {self.handler_name} returned {shown}; return True when the event is done "
-            "(False or an exception to try again)"
+            f"handler {self.handler_name} returned {shown} on attempt {attempt}; return True "
+            "when the event is done (False or an exception to try again)"
         )
 
-    async def _settle_failure(
-        self, store: QueueStore, envelope: Envelope, error: str, *, bury: bool = False
-    ) -> Outcome:
+    async def _settle_failure(self, lease: Lease, error: str, *, bury: bool = False) -> Outcome:
+        envelope = lease.envelope
         delay = self._config.retry_policy.delay(envelope.attempt)
         with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT):
             try:
-                result = await store.fail(
+                result = await lease.store.fail(
                     envelope,
                     error,
                     retry_delay_ms=max(0, round(delay * 1000)),
@@ -241,7 +282,7 @@ class HandlerRunner:
                 return "dead" if result == "dead" else "failed"
             except REDIS_ERRORS as exc:
                 logger.warning(
-                    "could not record the failure of %s %r; its pre-scheduled retry stands: %s",
+                    "could not record the failure of %s %r; it comes back when its lease ends: %s",
                     envelope.event_type,
                     envelope.id,
                     exc,

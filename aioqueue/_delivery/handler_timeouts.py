@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 
-__all__ = ["HandlerTimeouts", "TimeoutLane"]
+__all__ = ["STUCK_AFTER", "HandlerTimeouts", "TimeoutLane"]
+
+# A call still running this long after it was cut off ignores its cancellation (an await
+# that cannot be cancelled, such as a thread's): reported once, as its event stays leased.
+STUCK_AFTER = 1.0
 
 
 class TimeoutLane:
     """One worker's handler calls: the cancel scope the worker runs them in, the call running
     now (None between calls) and when it must be cut off."""
 
-    __slots__ = ("call", "cut", "deadline", "scope")
+    __slots__ = ("call", "cut", "deadline", "scope", "stuck_check")
 
     def __init__(self) -> None:
         self.deadline = math.inf
+        self.stuck_check = math.inf
+        """When to report the cut-off call if it is still running (once)."""
         self.scope: anyio.CancelScope | None = None
         self.call: Any = None
         """What the worker needs to settle the running call if it is cut off."""
@@ -38,8 +45,9 @@ class HandlerTimeouts:
     otherwise every `timeout`, and never needs waking early.
     """
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, on_stuck: Callable[[Any], None] = lambda call: None) -> None:
         self.timeout = timeout
+        self._on_stuck = on_stuck
         self._lanes: list[TimeoutLane] = []
 
     def lane(self) -> TimeoutLane:
@@ -57,6 +65,7 @@ class HandlerTimeouts:
     def stop(lane: TimeoutLane) -> None:
         """The call ended (however): nothing in `lane` is to be cut off."""
         lane.deadline = math.inf
+        lane.stuck_check = math.inf
         lane.call = None
 
     async def run(self) -> None:
@@ -69,9 +78,13 @@ class HandlerTimeouts:
                 if lane.deadline <= now:
                     lane.deadline = math.inf  # once: the scope stays cancelled
                     lane.cut = True
+                    lane.stuck_check = now + STUCK_AFTER
                     if lane.scope is not None:
                         lane.scope.cancel()
-                else:
-                    next_pass = min(next_pass, lane.deadline)
+                elif lane.stuck_check <= now:
+                    lane.stuck_check = math.inf
+                    if lane.call is not None:
+                        self._on_stuck(lane.call)
+                next_pass = min(next_pass, lane.deadline, lane.stuck_check)
             # anyio's loop clock is monotonic too; sleeping a hair long is harmless.
             await anyio.sleep(max(0.0, next_pass - now))

@@ -59,6 +59,12 @@ class Handoff(Generic[T]):
             self._schedule_check()
         return item
 
+    def take_all(self) -> list[T]:
+        """Takes every item no worker has taken yet."""
+        items = list(self._items)
+        self._items.clear()
+        return items
+
     def _schedule_check(self) -> None:
         if not self._check_scheduled:
             self._check_scheduled = True

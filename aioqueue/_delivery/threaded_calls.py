@@ -7,10 +7,16 @@ dispatcher of the whole service. So a handler that is not a coroutine function r
 slot, each waiting for its own thread) and by the service's `handler_threads` limiter, shared
 by every sync handler of the service.
 
+A call begins when it has a thread: until then its handler has not started, so a stopping
+service gives its event back uncounted, and its handler timeout has not begun either. Its
+lease is renewed with every other (leases.py) for as long as the service holds it.
+
 A thread cannot be cancelled. A call past the handler timeout therefore goes on: a warning
-names the handler, the attempt counts as failed whatever the function returns, the handler
-slot (and the thread) stay taken until it returns, and the event's lease is extended while it
-runs, so its retry is never dispatched, here or in another service, while it still runs.
+names the handler, the attempt counts as failed whatever the function returns, and the
+handler slot (and the thread) stay taken until it returns, its lease renewed, so its retry
+is never dispatched, here or in another service, while it still runs. For the same reason a
+stopping service waits for a call still running when its shutdown grace ends, and settles
+its outcome as usual.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,14 +32,15 @@ from typing import Any
 
 import anyio
 
-from aioqueue._engine.envelope import Envelope
-from aioqueue._engine.recovery import REDIS_ERRORS, logger
-from aioqueue._engine.store import QueueStore
+from aioqueue._engine.recovery import logger
 
-__all__ = ["ThreadedCalls", "ThreadedResult", "is_async_handler", "overrun_text"]
+from .leases import Lease
 
-# Seconds before a failed lease extension is tried again (a cut connection reconnects at once).
-_RETRY_EXTENSION_AFTER = 0.1
+__all__ = ["NotStarted", "ThreadedCalls", "ThreadedResult", "is_async_handler", "overrun_text"]
+
+
+class NotStarted(Exception):
+    """The call was waiting for a thread when its service stopped: no handler began."""
 
 
 def is_async_handler(handler: object) -> bool:
@@ -64,34 +72,61 @@ class ThreadedCalls:
         handler_name: str,
         limiter: anyio.CapacityLimiter,
         timeout: float,
-        lease_ms: int,
     ) -> None:
         self._handler = handler
         self._handler_name = handler_name
         self._limiter = limiter
         self._timeout = timeout
-        self._lease_ms = lease_ms
+        self._waiting: set[anyio.CancelScope] = set()
+        self._stopped = False
+        # The threads a call may use once it holds a token of `limiter` (taken first, so
+        # that the call knows when its thread starts): anyio's run_sync takes a limiter too.
+        self._unbounded = anyio.CapacityLimiter(math.inf)
 
-    async def call(self, event: object, store: QueueStore, envelope: Envelope) -> ThreadedResult:
-        """Calls the handler in a thread with the caller's context (event_context, tracing);
-        raises what it raised. Cancelling this waits for the thread to return."""
+    def stop_waiting(self) -> None:
+        """Calls waiting for a thread, now and from now on, raise NotStarted."""
+        self._stopped = True
+        for scope in self._waiting:
+            scope.cancel()
+
+    async def call(self, event: object, lease: Lease) -> ThreadedResult:
+        """Calls the handler in a thread with the caller's context (event_context, tracing,
+        the delivery), setting `lease.started` as the thread starts; raises what it raised,
+        or NotStarted. Once the thread runs, cancelling this waits for it."""
         context = contextvars.copy_context()
-        started = time.monotonic()
-        outcome: ThreadedResult | None = None
-        error: Exception | None = None
-        async with anyio.create_task_group() as overrun_watch:
-            overrun_watch.start_soon(self._watch_overrun, store, envelope)
+        with anyio.CancelScope() as waiting:
+            self._waiting.add(waiting)
             try:
-                value = await anyio.to_thread.run_sync(
-                    context.run, self._handler, event, limiter=self._limiter
-                )
-                outcome = ThreadedResult(value)
-            # Caught inside the task group and raised after it: raised inside, the handler's
-            # error would leave wrapped in an exception group.
-            except Exception as exc:
-                error = exc
+                if self._stopped:
+                    waiting.cancel()
+                await self._limiter.acquire()
             finally:
-                overrun_watch.cancel_scope.cancel()
+                self._waiting.discard(waiting)
+        if waiting.cancelled_caught:
+            raise NotStarted
+        try:
+            started = lease.started = time.monotonic()
+            outcome: ThreadedResult | None = None
+            error: Exception | None = None
+            # Shielded: the thread runs on whatever happens to this task, and its outcome is
+            # settled like any other, even when its service cuts its handlers off as it
+            # stops (which then waits for it, its lease renewed, see Consumer.cut_off).
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as overrun_watch:
+                    overrun_watch.start_soon(self._warn_at_timeout, lease)
+                    try:
+                        value = await anyio.to_thread.run_sync(
+                            context.run, self._handler, event, limiter=self._unbounded
+                        )
+                        outcome = ThreadedResult(value)
+                    # Caught inside the task group and raised after it: raised inside, the
+                    # handler's error would leave wrapped in an exception group.
+                    except Exception as exc:
+                        error = exc
+                    finally:
+                        overrun_watch.cancel_scope.cancel()
+        finally:
+            self._limiter.release()
         if error is not None:
             raise error
         assert outcome is not None
@@ -100,37 +135,24 @@ class ThreadedCalls:
             outcome.overran = elapsed
         return outcome
 
-    async def _watch_overrun(self, store: QueueStore, envelope: Envelope) -> None:
-        """From the timeout on: warns once, then keeps the attempt leased until cancelled."""
+    async def _warn_at_timeout(self, lease: Lease) -> None:
         await anyio.sleep(self._timeout)
+        envelope = lease.envelope
         logger.warning(
-            "sync handler %s has run %g s on %s %r, past the handler timeout: a thread cannot "
-            "be stopped, so the attempt counts as failed when it returns, and its slot stays "
-            "taken and the event stays leased until then",
+            "sync handler %s has run %g s on %s %r (attempt %d), past the handler timeout: a "
+            "thread cannot be stopped, so the attempt counts as failed when it returns, and "
+            "its slot stays taken and the event leased until then",
             self._handler_name,
             self._timeout,
             envelope.event_type,
             envelope.id,
+            envelope.attempt,
         )
-        # The dispatcher pre-scheduled the next attempt for the timeout plus a margin (one
-        # second): move it on before that margin runs out, and again every half lease. A
-        # failed extension is tried again soon, while the margin may still hold.
-        while True:
-            try:
-                if not await store.extend_lease(envelope, self._lease_ms):
-                    return  # cancelled, replaced or settled meanwhile: nothing left to keep
-            except REDIS_ERRORS as exc:
-                logger.warning(
-                    "could not extend the lease of %s %r: %s", envelope.event_type, envelope.id, exc
-                )
-                await anyio.sleep(_RETRY_EXTENSION_AFTER)
-                continue
-            await anyio.sleep(max(_RETRY_EXTENSION_AFTER, self._lease_ms / 2000))
 
 
-def overrun_text(handler_name: str, timeout: float, took: float) -> str:
+def overrun_text(timeout: float, attempt: int, took: float) -> str:
     """The error an overrunning sync call is settled with."""
     return (
-        f"handler {handler_name} timed out after {timeout:g} s (a sync handler's thread "
-        f"cannot be stopped: it returned after {took:.3g} s)"
+        f"the handler did not finish within {timeout:g} s on attempt {attempt} (a sync "
+        f"handler's thread cannot be stopped: it returned after {took:.3g} s)"
     )

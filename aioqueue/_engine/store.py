@@ -18,11 +18,11 @@ from .client import (
 from .envelope import Envelope, text
 from .held_connection import HeldConnection
 from .keys import QueueKeys
-from .scripts import ACKNOWLEDGE, CLAIM, DISPATCH, EXTEND_LEASE, FAIL, REQUEUE
+from .scripts import ACKNOWLEDGE, CLAIM, DISPATCH, FAIL, HAND_BACK, RENEW, REQUEUE
 from .steps import run_steps
 from .writes import EnqueueItem, cancel_steps, enqueue_steps
 
-__all__ = ["Claimed", "DispatchResult", "QueueStore", "Requeued"]
+__all__ = ["Claimed", "DispatchResult", "GivenBack", "QueueStore", "Requeued", "renew_leases"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,24 @@ class DispatchResult:
     unrecorded: bool = False
     """The type's settings are gone from the server (its `recorded` key is missing): nothing
     was taken (see settings_marks.py)."""
+    extended: int = 0
+    """Unclaimed deliveries whose lease ran out where they wait in the ready list: they got
+    another lease, nothing spent (see dispatch.lua)."""
+
+    @property
+    def taken(self) -> int:
+        """Due events the call took one way or another: as many as `limit` means more may
+        be due right now."""
+        return self.dispatched + self.buried + self.parked + self.extended
+
+
+@dataclass(frozen=True, slots=True)
+class GivenBack:
+    """An attempt a stopping worker gives back (see hand_back.lua)."""
+
+    envelope: Envelope
+    cut_off: str | None = None
+    """Why its handler was cut off (the attempt is spent), or None: no handler began it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +130,8 @@ class QueueStore:
         reply = await DISPATCH.run(
             self.client, keys, [batch_size, lease_ms, max_attempts, ready_capacity]
         )
-        dispatched, buried, now, earliest, limit, ready_length, parked = (
-            int(value) for value in reply[:7]
+        dispatched, buried, now, earliest, limit, ready_length, parked, unrecorded, extended = (
+            int(value) for value in reply
         )
         return DispatchResult(
             dispatched=dispatched,
@@ -123,7 +141,8 @@ class QueueStore:
             limit=limit,
             ready_length=ready_length,
             parked=parked,
-            unrecorded=len(reply) > 7,
+            unrecorded=bool(unrecorded),
+            extended=extended,
         )
 
     async def claim(
@@ -183,17 +202,27 @@ class QueueStore:
         keys = [self.keys.schedule, self.keys.events, *self.keys.settling]
         return int(await ACKNOWLEDGE.run(self.client, keys, _versions(deliveries)))
 
-    async def extend_lease(self, envelope: Envelope, lease_ms: int) -> bool:
-        """Moves the next attempt of this delivery to `lease_ms` from now; False when the
-        delivered attempt is no longer the one pending (settled, cancelled, replaced)."""
-        keys = [self.keys.schedule, self.keys.events, self.keys.counts]
-        args: list[str | int] = [
-            envelope.id,
-            str(envelope.version),
-            str(envelope.attempt),
+    def renewal(
+        self, held: Sequence[Envelope], lease_ms: int
+    ) -> tuple[list[str], list[str | int | bytes]]:
+        """The keys and arguments of renew.lua for the attempts `held` of this queue."""
+        attempts: list[str | int] = []
+        for envelope in held:
+            attempts += [envelope.id, envelope.version, envelope.attempt]
+        return [self.keys.schedule, self.keys.events, self.keys.counts], [
             lease_ms,
+            orjson.dumps(attempts),
         ]
-        return bool(await EXTEND_LEASE.run(self.client, keys, args))
+
+    async def hand_back(self, attempts: Sequence[GivenBack]) -> int:
+        """Gives back attempts a stopping worker holds (hand_back.lua); returns how many were
+        still its own to give."""
+        given: list[str | int] = []
+        for attempt in attempts:
+            envelope = attempt.envelope
+            given += [envelope.id, envelope.version, envelope.attempt, attempt.cut_off or ""]
+        keys = [self.keys.schedule, self.keys.events, self.keys.wake, self.keys.counts]
+        return int(await HAND_BACK.run(self.client, keys, [orjson.dumps(given)]))
 
     async def fail(
         self,
@@ -213,6 +242,7 @@ class QueueStore:
             retry_delay_ms,
             max_attempts,
             "1" if bury else "0",
+            str(envelope.attempt),
         ]
         outcome = text(await FAIL.run(self.client, keys, args))
         if outcome not in ("retry", "dead", "stale"):
@@ -241,7 +271,7 @@ class QueueStore:
 
     async def requeue(self, event_id: str) -> Requeued:
         k = self.keys
-        keys = [k.schedule, k.events, k.sequence, k.dead_letters, k.dead_letter_times]
+        keys = [k.schedule, k.events, k.sequence, k.dead_letters, k.dead_letter_times, k.wake]
         return _REQUEUE_RESULTS[int(await REQUEUE.run(self.client, keys, [event_id]))]
 
 
@@ -251,3 +281,13 @@ def _versions(deliveries: Sequence[Envelope]) -> list[str | int]:
     for envelope in deliveries:
         args += [envelope.id, str(envelope.version)]
     return args
+
+
+async def renew_leases(
+    client: RedisClient, renewals: Sequence[tuple[list[str], list[str | int | bytes]]]
+) -> list[list[int]]:
+    """Sends the renewals of several queues (QueueStore.renewal) in one pipeline: one round
+    trip on one server, one per node on a cluster; returns, per queue, the positions (from
+    1) of the attempts no longer held."""
+    replies = await run_steps(client, RENEW.pipelined_steps(client, renewals))
+    return [[int(position) for position in reply] for reply in replies]

@@ -14,13 +14,7 @@ from .rate_limit import RateLimit
 from .retry import RetryPolicy
 from .serializer import Serializer
 
-__all__ = ["LEASE_MARGIN", "Durability", "ProducerConfig", "ServiceConfig"]
-
-# Slack added to the handler timeout before an event's next attempt may start: it covers the
-# round trips around a handler and a briefly blocked event loop, so a handler cut at its
-# timeout has finished before the retry can be dispatched.
-LEASE_MARGIN = 1.0
-
+__all__ = ["Durability", "ProducerConfig", "ServiceConfig"]
 
 # WAIT takes at most this many replicas in any deployment anyone runs; a larger number is a
 # unit mistake (milliseconds given as replicas), and would make every enqueue time out.
@@ -109,11 +103,14 @@ class ServiceConfig:
     """Event type wire name -> the rate limit this service records for it, if any."""
     durability: Durability | None = None
     """How enqueues are confirmed before they return; None: as soon as the primary has them."""
+    lease: float = 5.0
+    """How long an attempt stays a worker's without a renewal: its live worker renews it
+    every third of this, so it bounds how late a dead worker's events come back."""
 
     @property
     def lease_ms(self) -> int:
-        """How long a delivered event is reserved before its pre-scheduled retry is due."""
-        return math.ceil((self.handler_timeout + LEASE_MARGIN) * 1000)
+        """The lease in whole milliseconds, as the scripts take it."""
+        return math.ceil(self.lease * 1000)
 
     @property
     def ready_capacity(self) -> int:

@@ -14,6 +14,7 @@
     ├── DurabilityError            an enqueue was not confirmed by the replicas (or the
     │                              primary's AOF) in time: the events may exist or not
     ├── HandlerRegistrationError   a handler cannot be added (duplicate, bad parallelism)
+    ├── OutsideHandlerError        current_delivery() called where no handler runs
     └── ServiceStateError          the call does not fit the service's state (e.g. closed)
         └── ServiceFailedError     a background task of the service died (a bug): it no
                                    longer works; the task's error is the __cause__
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidCursorError",
     "InvalidEnqueueError",
     "InvalidEventError",
+    "OutsideHandlerError",
     "PartitionCountMismatchError",
     "PayloadDecodeError",
     "PayloadTooLargeError",
@@ -123,6 +125,10 @@ def _durability_error(message: str, replicas: int, confirmed: int | None) -> Dur
 class HandlerRegistrationError(AioqueueError, ValueError):
     """A handler cannot be added: not a function, one that cannot take the event class, one
     already registered for the type, or an invalid parallelism."""
+
+
+class OutsideHandlerError(AioqueueError, RuntimeError):
+    """`current_delivery()` was called outside a handler: no delivery is under way there."""
 
 
 class ServiceStateError(AioqueueError, RuntimeError):

@@ -19,6 +19,7 @@ from anyio.abc import TaskGroup
 from aioqueue._delivery.consumer import Consumer
 from aioqueue._delivery.dispatcher import Dispatcher
 from aioqueue._delivery.handler_runner import Handler
+from aioqueue._delivery.leases import Leases
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.producer import Producer
 from aioqueue._engine.queues import QueueDirectory, TypeQueue
@@ -70,6 +71,8 @@ class ServiceBase:
     _queues: QueueDirectory
     _producer: Producer
     _registrations: dict[str, Registration]
+    _leases: Leases
+    """The attempts this service's consumers hold, renewed together (see leases.py)."""
     _dispatcher: Dispatcher | None
     """Made when the service starts, and only if it dispatches."""
     _task_group: TaskGroup | None

@@ -73,6 +73,7 @@ class EventServiceBuilder:
             "scheduling_interval": 0.5,
             "polling_timeout": 1.0,
             "handler_timeout": 30.0,
+            "lease": 5.0,
             "shutdown_grace": 10.0,
             "loop_blocking_threshold": 0.5,
         }
@@ -154,9 +155,17 @@ class EventServiceBuilder:
         return self
 
     def handler_timeout(self, timeout: Duration) -> EventServiceBuilder:
-        """Handlers running longer are cut and count as failed; retries never start sooner
-        (default 30 s). An event's lease is this plus one second."""
+        """Handlers running longer are cut and count as failed (default 30 s); the worker
+        enforces it, and a retry never starts while the handler runs."""
         self._durations["handler_timeout"] = timeout
+        return self
+
+    def lease(self, lease: Duration) -> EventServiceBuilder:
+        """How long an event a worker holds stays its own without a renewal (default 5 s,
+        0.1 s to 1 hour). A live worker renews everything it holds every third of this, in
+        one call per queue, so a handler may run as long as its handler timeout; when a
+        worker dies or loses Redis, its events are due again within this."""
+        self._durations["lease"] = lease
         return self
 
     def shutdown_grace(self, grace: Duration) -> EventServiceBuilder:
@@ -259,6 +268,7 @@ class EventServiceBuilder:
             retry_attempts=int_in_range("retry_attempts", self._retry_attempts, 1, 1_000_000),
             polling_timeout=self._seconds("polling_timeout", 0.01, 3600),
             handler_timeout=self._seconds("handler_timeout", 0.001, 7 * 24 * 3600),
+            lease=self._seconds("lease", 0.1, 3600),
             shutdown_grace=self._seconds("shutdown_grace", 0, 3600),
             enable_scheduling=bool(self._enable_scheduling),
             retry_policy=self._retry_policy,

@@ -31,6 +31,9 @@ class ServiceDeadLetters(ServiceBase):
         """
         self._ensure_open()
         result = await self._queue_of(event_class).store_for(event_id).requeue(event_id)
+        if result == "requeued" and self._dispatcher is not None:
+            # Due now, as an enqueue due now: the script wakes the other services' dispatchers.
+            self._dispatcher.wake()
         if result in ("pending", "unreadable"):
             logger.info(
                 "not requeueing %s %r: it is %s", event_class.__qualname__, event_id, result

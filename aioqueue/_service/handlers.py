@@ -128,6 +128,7 @@ class ServiceHandlers(ServiceBase):
             handler=registration.handler,
             parallelism=registration.parallelism,
             config=self._config,
+            leases=self._leases,
             on_claiming=self._ready_list_draining,
             thread_limiter=self._handler_threads,
         )

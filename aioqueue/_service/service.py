@@ -7,6 +7,7 @@ from types import TracebackType
 import anyio
 
 from aioqueue._delivery.dispatcher import Dispatcher
+from aioqueue._delivery.leases import Leases
 from aioqueue._delivery.watchdog import LoopWatchdog
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.event_types import EventTypes
@@ -61,6 +62,7 @@ class EventService(
         self._queues = QueueDirectory(client, config.prefix, types)
         self._producer = Producer(client, self._queues, config)
         self._registrations = {}
+        self._leases = Leases(client, config.lease_ms)
         self._schedules = {}
         # Made when the service starts: anyio's primitives need a running event loop, and a
         # service is often built at import time.
@@ -102,6 +104,7 @@ class EventService(
         self._handler_threads = anyio.CapacityLimiter(self._config.handler_threads)
         self._state = ServiceState.RUNNING
         self._producer.hold_connections()
+        self._start_background("lease renewals", self._leases.run)
         if self._config.enable_scheduling:
             self._dispatcher = Dispatcher(self._config, self._dispatch_targets)
             self._start_background("dispatcher", self._dispatcher.run)
@@ -136,8 +139,10 @@ class EventService(
         assert self._task_group is not None
         self._state = ServiceState.CLOSING
         try:
-            # Phase 1: take nothing new. Phase 2: let running handlers finish within the
-            # grace period. Phase 3: cancel whatever is still running.
+            # Phase 1: take nothing new, and give back what no handler began. Phase 2: let
+            # running handlers finish within the grace period. Phase 3: cut off the handlers
+            # still running and give their events back (a sync handler's thread cannot be
+            # cut off: it is waited for, its lease renewed meanwhile), then cancel the rest.
             if self._dispatcher is not None:
                 self._dispatcher.stop()
             consumers = [r.consumer for r in self._registrations.values() if r.consumer]
@@ -146,6 +151,10 @@ class EventService(
             with anyio.move_on_after(self._config.shutdown_grace):
                 for consumer in consumers:
                     await consumer.wait_finished()
+            for consumer in consumers:
+                consumer.cut_off()
+            for consumer in consumers:
+                await consumer.wait_finished()
             self._task_group.cancel_scope.cancel()
         finally:
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())

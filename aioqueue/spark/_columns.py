@@ -216,12 +216,19 @@ class PreparedFrame:
     """Per context column: a map whose entries are merged (True) or one value (False)."""
     columns: ScheduleColumns
 
-    def check_data(self) -> None:
-        """One aggregation over the frame: raises if any id or due time is unusable."""
+    def check_data(self, not_null: Sequence[str] = ()) -> None:
+        """One aggregation over the frame: raises if any id or due time is unusable, or if a
+        payload column in `not_null` (a field that takes no null) holds a null."""
         checks = {
             "null ids": f"{ID} IS NULL",
             "empty ids": f"{ID} = ''",
         }
+        for name in not_null:
+            # The payload JSON keeps null fields (see _payload_json): a null there is null.
+            path = "$['" + name.replace("\\", "\\\\").replace("'", "\\'") + "']"
+            checks[f"a null in payload column {name!r}, whose field is not Optional"] = (
+                f"get_json_object({PAYLOAD}, {_sql_string(path)}) IS NULL"
+            )
         if self.columns.due_col is not None:
             checks[f"null due times (column {self.columns.due_col!r})"] = f"{DUE_MS} IS NULL"
         if self.columns.delay_col is not None:
@@ -238,6 +245,11 @@ class PreparedFrame:
             raise InvalidDataFrameError(
                 f"nothing was scheduled: {'; '.join(problems)} (id column {self.columns.id_col!r})"
             )
+
+
+def _sql_string(text: str) -> str:
+    """`text` as a SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _quoted(name: str) -> str:

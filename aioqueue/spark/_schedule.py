@@ -182,11 +182,12 @@ class ScheduleJob:
         with redis_client(self.url) as client:
             # Read for every write: a deploy may publish a new schema between micro-batches.
             published = published_schema(client, self.prefix, self.event_type)
+            not_null: list[str] = []
             if published is not None:
-                check_payload_columns(
+                not_null = check_payload_columns(
                     self.event_type, published.schema, dict(prepared.payload_types)
                 )
-            prepared.check_data()
+            prepared.check_data(not_null)
             if self.layout is None:
                 self.layout = resolve_layout(
                     client, self.prefix, self.event_type, self.partitions, record=True

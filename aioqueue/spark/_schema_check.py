@@ -25,14 +25,16 @@ _JSON_KINDS = {str: "string", bool: "boolean", int: "integer", float: "number"}
 
 def check_payload_columns(
     event_type: str, schema: dict[str, Any], columns: Mapping[str, T.DataType]
-) -> None:
+) -> list[str]:
     """Raises InvalidDataFrameError when a required field has no column, or a column's Spark
     type cannot hold the field's JSON type. Columns the schema does not name are left alone
-    (the decoder ignores them)."""
+    (the decoder ignores them). Returns the columns whose field takes no null (not Optional):
+    a null in one of those rows would be written and dead-lettered at delivery, so the rows
+    are checked before anything is written (PreparedFrame.check_data)."""
     root = resolved(schema, schema)
     properties = root.get("properties")
     if not isinstance(properties, dict):
-        return
+        return []
     required = [name for name in root.get("required") or [] if name != "id"]
     missing = [name for name in required if name not in columns]
     if missing:
@@ -50,6 +52,26 @@ def check_payload_columns(
                 f"nothing was scheduled: payload column {name!r} does not fit {event_type}'s "
                 f"published schema: {problem}"
             )
+    return [
+        name for name in columns if name in properties and not _takes_null(schema, properties[name])
+    ]
+
+
+def _takes_null(schema: dict[str, Any], spec: Any) -> bool:
+    """Whether a field of `spec` accepts a JSON null (an Optional field, or no constraint)."""
+    spec = resolved(schema, spec) if isinstance(spec, dict) else spec
+    if not isinstance(spec, dict):
+        return True
+    for combinator in ("anyOf", "oneOf"):
+        choices = spec.get(combinator)
+        if isinstance(choices, list):
+            return any(_takes_null(schema, choice) for choice in choices)
+    if isinstance(spec.get("enum"), list):
+        return None in spec["enum"]
+    kinds = spec.get("type")
+    if kinds is None:
+        return "const" not in spec or spec["const"] is None
+    return "null" in (kinds if isinstance(kinds, list) else [kinds])
 
 
 def _mismatch(schema: dict[str, Any], spec: Any, data_type: T.DataType, path: str) -> str | None:

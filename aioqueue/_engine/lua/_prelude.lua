@@ -124,6 +124,49 @@ local function delivery_id(raw)
   return nil
 end
 
+-- Leases. dispatch.lua counts an attempt (`attempt` + 1, `due_at`) when it pushes a delivery
+-- to the ready list, but the attempt is spent only once claim.lua hands the delivery to a
+-- worker. An event whose attempt is under way (its envelope carries `due_at`) is scheduled
+-- at the end of its lease, and the lease's score tells the two apart: a pushed delivery no
+-- worker claimed yet ends its lease half a millisecond before a whole millisecond, a claimed
+-- one on a whole millisecond. So the claim marks nothing beyond the score it writes anyway,
+-- and costs nothing more on the hot path. Until the claim, the count is provisional: a
+-- delivery that waits in the ready list past its lease is left there, its count untouched
+-- (dispatch.lua), and pause.lua and hand_back.lua take the count back for deliveries no
+-- handler began. A claimed attempt's lease is renewed by its live worker (renew.lua); when it
+-- lapses the worker is gone, and the next dispatch counts the attempt as spent.
+local UNCLAIMED = 0.5
+
+-- The score of a delivery's lease before a worker claims it: half a millisecond early rather
+-- than late, so that a lease of 0 is over at once, as a claimed one's is.
+local function unclaimed_lease_end(now, lease)
+  return now + lease - UNCLAIMED
+end
+
+-- Whether the schedule score of an event whose attempt is under way is an unclaimed
+-- delivery's lease (see unclaimed_lease_end).
+local function is_unclaimed(score)
+  return score % 1 == UNCLAIMED
+end
+
+-- Whether event `id` (decoded `envelope`, nil when none) is the claimed attempt `attempt`
+-- of version `version` (both as text), under way: what renew.lua and hand_back.lua act on.
+local function holds_claimed(schedule, id, envelope, version, attempt)
+  if not envelope or envelope.due_at == nil or tostring(version_of(envelope)) ~= version
+      or tostring(envelope.attempt) ~= attempt then
+    return false
+  end
+  local score = tonumber(redis.call('ZSCORE', schedule, id))
+  return score ~= nil and not is_unclaimed(score)
+end
+
+-- The error an attempt whose lease lapsed leaves behind: its handler began, and its worker
+-- stopped renewing the lease before settling it.
+local function lapsed_error(attempt)
+  return 'attempt ' .. attempt .. ' was lost: its worker stopped renewing the lease (it died, '
+    .. 'or lost its connection to Redis) before the handler finished'
+end
+
 -- Moves one event out of the queue into the dead-letter set, keeping its envelope and
 -- the reason. Nothing leaves a queue silently: every removal other than success or
 -- cancel goes through here. Dead letters carry their id, so each one reads on its own.
@@ -321,9 +364,12 @@ local function current_deliveries(events, raws)
     end
   end
   local stored = hmget_all(events, ids)
-  local current_ids, deliveries, envelopes = {}, {}, {}
+  local current_ids, deliveries, envelopes, seen = {}, {}, {}, {}
   for i, raw in ipairs(readable) do
-    if stored[i] and delivery_of(ids[i], stored[i]) == raw then
+    -- A second copy of one delivery (which dispatch.lua never pushes while the first waits)
+    -- is taken as stale: only one may reach a handler.
+    if stored[i] and not seen[ids[i]] and delivery_of(ids[i], stored[i]) == raw then
+      seen[ids[i]] = true
       current_ids[#current_ids + 1] = ids[i]
       deliveries[#deliveries + 1] = raw
       envelopes[#envelopes + 1] = stored[i]

@@ -16,9 +16,10 @@
 -- its own (see acknowledge_deliveries in _prelude.lua).
 -- An envelope is handed out only if it is still byte-for-byte the stored one (plus its id,
 -- see delivery_of in _prelude.lua): an event that was cancelled, replaced or re-dispatched
--- since it was pushed is dropped here, so a stale copy never reaches a handler. Each claimed
--- event's next attempt moves to `lease` ms from now, so it cannot start again while this
--- handler may still run.
+-- since it was pushed is dropped here, so a stale copy never reaches a handler. The claim
+-- spends the attempt dispatch counted: it moves the event's lease to a whole `lease` ms from
+-- now, which marks it claimed, and which its worker renews while it holds the event (see
+-- the leases section of _prelude.lua).
 -- Returns {server now ms, envelopes left in the ready list, envelope, envelope, ...}, or
 -- {server now ms, -1, envelopes in the ready list} while the type is paused, or
 -- {server now ms, -2, envelopes in the ready list, ms when the rate limit lets one more out}.

@@ -17,13 +17,19 @@
 --   handles the type has recorded them again (see settings_marks.py): the call returns at
 --   once with `unrecorded` 1
 -- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
--- For each due event: count the attempt, pre-schedule the next one `lease` ms from now (so a
--- lost worker only delays the event) and push its delivery (the envelope with its id). An
--- event that already had all its attempts goes to the dead-letter set instead.
+-- For each due event (see the leases section of _prelude.lua):
+-- * waiting, or a claimed attempt whose lease lapsed (its worker is gone: that attempt was
+--   spent): count the next attempt, schedule the event `lease` ms from now (so that a lost
+--   delivery only delays it) and push its delivery (the envelope with its id). An event that
+--   already had all its attempts goes to the dead-letter set instead;
+-- * a delivery pushed earlier that no worker claimed within its lease: nothing is spent. It
+--   is given another lease where it waits in the ready list, or pushed again if the list
+--   lost it (its count stays: a handler has yet to begin it).
 -- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit, ready length,
--- parked}, with an eighth element, `unrecorded` 1, only when KEYS[13] is missing;
--- limit is how many events this call was allowed to take (batch size, less when the ready
--- list is full), ready length the length of the ready list after the call.
+-- parked, unrecorded, extended}: limit is how many events this call was allowed to take
+-- (batch size, less when the ready list is full), ready length the length of the ready
+-- list after the call, unrecorded 1 when KEYS[13] is missing (else 0), extended how many
+-- unclaimed deliveries got another lease where they wait.
 
 -- Why a decoded envelope cannot be delivered, or nil. A consumer cannot settle an envelope
 -- without a version, nor claim one whose id is not its field, so without this check such an
@@ -63,13 +69,13 @@ local now = server_time_ms()
 if KEYS[13] and not redis.call('GET', KEYS[13]) then
   -- Events of a serial key or over a rate limit would start at once without their settings;
   -- a limit the call did not reach, so the dispatcher waits for the recording to wake it.
-  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0, 1}
+  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0, 1, 0}
 end
 if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
   -- Paused (pause.lua): no earliest time, and a limit the call did not reach, so dispatchers
   -- sleep until resume.lua wakes them or their scheduling interval passes (a limit of 0
   -- would read as a full batch: go on at once).
-  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0}
+  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0, 0, 0}
 end
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
@@ -82,7 +88,7 @@ if rate then
   local room = rate.room - ready_length  -- what waits in the ready list uses room too
   if room < 1 then
     -- Back when the window lets one more out; a limit not reached, so no busy loop.
-    return {0, 0, now, rate.next_ms, tonumber(ARGV[1]), ready_length, 0}
+    return {0, 0, now, rate.next_ms, tonumber(ARGV[1]), ready_length, 0, 0, 0}
   end
   limit = math.min(limit, room)
 end
@@ -112,7 +118,7 @@ local function takes_serial_key(value, id)
   return true
 end
 
-local dispatched, buried, parked = 0, 0, 0
+local dispatched, buried, parked, extended = 0, 0, 0, 0
 
 -- Writes the parks and takes of this call so far (they are batched, see call_chunked).
 local function write_serial_batch()
@@ -188,12 +194,40 @@ if #due > 0 then
       if problem then
         bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw}, problem, now)
         buried = buried + 1
+      elseif envelope.due_at ~= nil and is_unclaimed(score) then
+        -- Pushed, and no worker claimed it within its lease (workers busy or starved, a
+        -- failover): it spent nothing. Where its delivery still waits, it gets another
+        -- lease and keeps its place; where the list lost it, it is pushed again.
+        envelope.id = nil
+        local waiting_at = redis.call('LPOS', KEYS[3], delivery_of(id, raw))
+        if next_move then
+          envelope.moved = next_move
+          if not waiting_at then
+            envelope.pushed = next_move
+          end
+          next_move = next_move + 1
+        end
+        local encoded = cjson.encode(envelope)
+        rewritten[#rewritten + 1] = id
+        rewritten[#rewritten + 1] = encoded
+        leases[#leases + 1] = unclaimed_lease_end(now, lease)
+        leases[#leases + 1] = id
+        if waiting_at then
+          -- The copy must stay byte for byte the stored envelope (see delivery_of).
+          redis.call('LSET', KEYS[3], waiting_at, delivery_of(id, encoded))
+          extended = extended + 1
+        else
+          deliveries[#deliveries + 1] = delivery_of(id, encoded)
+        end
       else
         local attempt = tonumber(envelope.attempt) or 0
+        local lapsed = envelope.due_at ~= nil  -- a claimed attempt's lease ran out
         if attempt >= max_attempts then
           local last_error = envelope.error
-          if type(last_error) ~= 'string' then
-            last_error = 'attempt ' .. attempt .. ' did not finish within the handler timeout'
+          if lapsed then
+            last_error = lapsed_error(attempt)
+          elseif type(last_error) ~= 'string' then
+            last_error = 'out of attempts after attempt ' .. attempt
           end
           if envelope.due_at ~= nil then
             ended = ended + 1
@@ -203,6 +237,9 @@ if #due > 0 then
           free_serial_key(envelope.serial, id)
         else
           envelope.id = nil  -- stored without it; the delivery puts it back in front
+          if lapsed then
+            envelope.error = lapsed_error(attempt)
+          end
           local value = serial_field and serial_value(envelope, serial_field) or nil
           if envelope.serial ~= nil and envelope.serial ~= value then
             -- A replacement under another value (or none): free what the replaced version
@@ -239,7 +276,7 @@ if #due > 0 then
             local encoded = cjson.encode(envelope)
             rewritten[#rewritten + 1] = id
             rewritten[#rewritten + 1] = encoded
-            leases[#leases + 1] = now + lease
+            leases[#leases + 1] = unclaimed_lease_end(now, lease)
             leases[#leases + 1] = id
             deliveries[#deliveries + 1] = delivery_of(id, encoded)
           end
@@ -251,9 +288,11 @@ if #due > 0 then
     call_chunked('ZREM', KEYS[1], orphans)
   end
   write_serial_batch()
-  if #deliveries > 0 then
+  if #rewritten > 0 then
     call_chunked('HSET', KEYS[2], rewritten)
     call_chunked('ZADD', KEYS[1], leases)
+  end
+  if #deliveries > 0 then
     call_chunked('RPUSH', KEYS[3], deliveries)
     dispatched = #deliveries
   end
@@ -264,4 +303,4 @@ local earliest = -1
 if first[2] and is_time(tonumber(first[2])) then
   earliest = tonumber(first[2])
 end
-return {dispatched, buried, now, earliest, limit, ready_length + dispatched, parked}
+return {dispatched, buried, now, earliest, limit, ready_length + dispatched, parked, 0, extended}

@@ -8,15 +8,17 @@
 --   count_under_way in _prelude.lua); a retry's move takes a number of its move clock
 --   (`moved`, see take_moves)
 -- ARGV[1] id   ARGV[2] delivered version   ARGV[3] error text   ARGV[4] retry delay ms
--- ARGV[5] max attempts   ARGV[6] '1' to bury now
--- Returns 'retry', 'dead', or 'stale' when the event was cancelled or replaced meanwhile.
+-- ARGV[5] max attempts   ARGV[6] '1' to bury now   ARGV[7] delivered attempt (optional)
+-- Returns 'retry', 'dead', or 'stale' when the event was cancelled or replaced meanwhile, or
+-- (with ARGV[7]) taken again by another worker after this attempt's lease lapsed.
 local id = ARGV[1]
 local raw = redis.call('HGET', KEYS[2], id)
 if not raw then
   return 'stale'
 end
 local envelope = decoded_object(raw)
-if not envelope or tostring(version_of(envelope)) ~= ARGV[2] then
+if not envelope or tostring(version_of(envelope)) ~= ARGV[2]
+    or (ARGV[7] and tostring(envelope.attempt) ~= ARGV[7]) then
   return 'stale'
 end
 local now = server_time_ms()

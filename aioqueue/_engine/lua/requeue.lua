@@ -1,6 +1,7 @@
 -- Puts a dead event back into its queue, due now, with a fresh attempt count.
 -- KEYS[1] schedule   KEYS[2] events   KEYS[3] sequence   KEYS[4] dead_letters
--- KEYS[5] dead_letter_times
+-- KEYS[5] dead_letter_times   KEYS[6] wake (optional): dispatchers sleeping until a later
+--   time wake at once, as after an enqueue
 -- ARGV[1] id
 -- Returns 1 requeued; 0 no such dead letter; -1 an event with that id is pending (both kept);
 -- -2 the dead letter has no readable envelope (it stays where it is).
@@ -32,4 +33,7 @@ redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
 redis.call('ZADD', KEYS[1], now, id)
 redis.call('HDEL', KEYS[4], id)
 redis.call('ZREM', KEYS[5], id)
+if KEYS[6] then
+  wake_dispatchers(KEYS[6])
+end
 return 1

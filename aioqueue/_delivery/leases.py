@@ -1,0 +1,145 @@
+"""The lease protocol, client side: the attempts a service holds, renewed while held and given
+back when the service stops.
+
+An attempt is spent when a worker claims it (claim.lua marks it `claimed`), and from then on
+it is the worker's for one lease: its schedule score is the lease's end. A live worker renews
+the leases of everything it holds every third of the lease, in one pipelined call for all its
+queues, so a lease can be a few seconds while a handler runs as long as its handler timeout;
+a worker that dies or loses Redis stops renewing, and its events are due again within one
+lease. A stopping worker gives back at once what no handler began (the attempt uncounted)
+and, once its grace is over, what its handlers were cut off in (the attempt spent). The
+scripts, and the rules they follow, are in the leases section of lua/_prelude.lua.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+
+from aioqueue._engine.client import RedisClient
+from aioqueue._engine.envelope import Envelope
+from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._engine.store import GivenBack, QueueStore, renew_leases
+
+__all__ = ["RENEWALS_PER_LEASE", "Lease", "Leases"]
+
+# A lease is renewed this many times over its length, so that one renewal lost with a
+# connection, or a loop that stalled for a moment, still leaves time for the next.
+RENEWALS_PER_LEASE = 3
+# A hand-back runs while the service stops, shielded; this bounds it when Redis is gone (the
+# attempts then come back when their leases end, as a dead worker's would).
+HAND_BACK_TIMEOUT = 5.0
+
+
+@dataclass(slots=True, eq=False)  # eq=False: held in sets by identity; one made per event
+class Lease:
+    """One attempt this service holds, from its claim until it is settled or given back."""
+
+    store: QueueStore
+    envelope: Envelope
+    claimed_at_ms: int
+    """When it was claimed, on the server's clock (ms)."""
+    claimed_at: float
+    """When it was claimed, on this process's monotonic clock."""
+    started: float | None = None
+    """When (monotonic) its handler began; None while none has."""
+
+    @property
+    def claimed_late(self) -> float:
+        """Seconds between the attempt's due time and its claim, on the server's clock: what
+        the metrics report (exact, and what a rate limit counts)."""
+        return max(0.0, (self.claimed_at_ms - self.envelope.due_at) / 1000)
+
+    def lateness(self, now: float) -> float:
+        """Seconds between the attempt's due time and `now` (monotonic)."""
+        return max(0.0, (self.claimed_at_ms - self.envelope.due_at) / 1000 + now - self.claimed_at)
+
+
+class Leases:
+    """The attempts one service holds, by queue."""
+
+    def __init__(self, client: RedisClient, lease_ms: int) -> None:
+        self._client = client
+        self._lease_ms = lease_ms
+        self._held: dict[QueueStore, set[Lease]] = {}
+
+    def hold(self, store: QueueStore, envelope: Envelope, claimed_at_ms: int) -> Lease:
+        """A claimed attempt: renewed from now on, until end()."""
+        lease = Lease(store, envelope, claimed_at_ms, time.monotonic())
+        held = self._held.get(store)
+        if held is None:
+            held = self._held[store] = set()
+        held.add(lease)
+        return lease
+
+    def end(self, lease: Lease) -> None:
+        """The attempt is settled (or given back): no more renewals."""
+        held = self._held.get(lease.store)
+        if held is not None:
+            held.discard(lease)
+
+    def __len__(self) -> int:
+        return sum(len(held) for held in self._held.values())
+
+    async def run(self) -> None:
+        """Renews every held lease each third of the lease, until cancelled."""
+        period = self._lease_ms / 1000 / RENEWALS_PER_LEASE
+        errors = ErrorBackoff("renewing leases")
+        while True:
+            await anyio.sleep(period)
+            try:
+                await self.renew()
+            except REDIS_ERRORS as exc:
+                # Soon again rather than a period later: the leases are running out.
+                await errors.sleep_after(exc)
+                continue
+            errors.reset()
+
+    async def renew(self) -> None:
+        """Renews what is held now, in one pipeline; forgets what is no longer this
+        service's (settled elsewhere, cancelled, replaced, or taken again after its lease
+        lapsed: its handler may still run, but nothing it settles counts)."""
+        batches = [(store, list(held)) for store, held in self._held.items() if held]
+        if not batches:
+            return
+        renewals = [
+            store.renewal([lease.envelope for lease in leases], self._lease_ms)
+            for store, leases in batches
+        ]
+        replies = await renew_leases(self._client, renewals)
+        for (store, leases), lost in zip(batches, replies, strict=True):
+            for position in lost:
+                lease = leases[position - 1]
+                self.end(lease)
+                logger.info(
+                    "%s %r (attempt %d) is no longer this worker's: settled, cancelled or "
+                    "replaced elsewhere, or taken again after its lease ran out",
+                    store.event_type,
+                    lease.envelope.id,
+                    lease.envelope.attempt,
+                )
+
+    async def hand_back(self, leases: Sequence[Lease], cut_off: str | None = None) -> None:
+        """Gives `leases` back, due now (shielded; bounded by HAND_BACK_TIMEOUT): with
+        `cut_off`, why their handlers were cut off (the attempts are spent); without, no
+        handler began them (their attempts are not counted)."""
+        by_store: dict[QueueStore, list[GivenBack]] = {}
+        for lease in leases:
+            self.end(lease)
+            by_store.setdefault(lease.store, []).append(GivenBack(lease.envelope, cut_off))
+        with anyio.CancelScope(shield=True), anyio.move_on_after(HAND_BACK_TIMEOUT):
+            for store, given in by_store.items():
+                try:
+                    await store.hand_back(given)
+                except REDIS_ERRORS as exc:
+                    logger.warning(
+                        "could not give back %d %s events; they come back when their leases "
+                        "end: %s: %s",
+                        len(given),
+                        store.event_type,
+                        type(exc).__name__,
+                        exc,
+                    )

@@ -1,0 +1,66 @@
+"""What a handler can know of the delivery it is handling: `current_delivery()`."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from .errors import OutsideHandlerError
+
+__all__ = ["Delivery", "DeliverySource", "current_delivery", "delivery_under_way"]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One delivery of an event to its handler (see `current_delivery()`)."""
+
+    type: str
+    """The event type's wire name."""
+    id: str
+    attempt: int
+    """Which attempt this is: 1 for the first, `max_attempts` for the last."""
+    max_attempts: int
+    """The service's `retry_attempts`: after a failure of this attempt, the dead letters."""
+    due_at: datetime
+    """When this attempt was due, on the Redis server's clock (aware, UTC). A retry's is the
+    end of its backoff; an attempt given back by a stopping worker keeps its original one."""
+    lateness: timedelta
+    """How long after `due_at` the handler started."""
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """Whether a failure of this attempt moves the event to the dead letters."""
+        return self.attempt >= self.max_attempts
+
+
+class DeliverySource(Protocol):
+    """What the worker keeps of a handler call anyway, able to describe it on demand: a
+    Delivery (two datetimes among its fields) costs more to build than most handlers take,
+    and most never ask for it."""
+
+    def delivery(self) -> Delivery: ...
+
+
+delivery_under_way: ContextVar[DeliverySource] = ContextVar("aioqueue_delivery")
+"""Set by the worker around each handler call, async and sync (threaded) alike."""
+
+
+def current_delivery() -> Delivery:
+    """The delivery the calling handler is handling: its event's type and id, the attempt
+    (and how many there may be), when it was due and how late the handler started.
+
+    Call it from inside a handler, async or sync (a plain function on a worker thread), or
+    from anything the handler calls; elsewhere it raises OutsideHandlerError. Typical uses:
+    an idempotency key of `f"{d.type}:{d.id}"`, a fallback on `d.is_last_attempt`, a
+    lateness log.
+    """
+    try:
+        source = delivery_under_way.get()
+    except LookupError:
+        raise OutsideHandlerError(
+            "current_delivery() is only available while a handler runs (in the handler, or "
+            "in code it calls); no delivery is under way here"
+        ) from None
+    return source.delivery()
