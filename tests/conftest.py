@@ -372,10 +372,12 @@ class ScriptCall:
 @pytest.fixture
 def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
     """Every Lua script call the test's services make, in order (pipelined ones included:
-    every call is built by LuaScript.steps or LuaScript.pipelined_steps)."""
+    every call is built by LuaScript.steps, pipelined_steps or pipelined_outcomes; a refused
+    pipelined call that runs again on its own is recorded twice)."""
     calls: list[ScriptCall] = []
     original_steps = LuaScript.steps
     original_pipelined = LuaScript.pipelined_steps
+    original_outcomes = LuaScript.pipelined_outcomes
 
     def recording_steps(
         script: LuaScript, client: object, keys: Sequence[str], args: Sequence[str | int | bytes]
@@ -392,8 +394,17 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
         calls.extend(ScriptCall(script.name, list(keys), list(args)) for keys, args in pipelined)
         return original_pipelined(script, client, pipelined, durable)
 
+    def recording_outcomes(
+        script: LuaScript,
+        client: object,
+        pipelined: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
+    ) -> Steps[list[Any]]:
+        calls.extend(ScriptCall(script.name, list(keys), list(args)) for keys, args in pipelined)
+        return original_outcomes(script, client, pipelined)
+
     monkeypatch.setattr(LuaScript, "steps", recording_steps)
     monkeypatch.setattr(LuaScript, "pipelined_steps", recording_pipelined)
+    monkeypatch.setattr(LuaScript, "pipelined_outcomes", recording_outcomes)
     return calls
 
 

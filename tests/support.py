@@ -171,6 +171,20 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], within: float = 1
             await anyio.sleep(0.01)
 
 
+async def subscribed(client: RedisClient) -> int:
+    """How many connections, on all nodes, listen for wake-ups (pub/sub mode: a service
+    subscribes on one connection, whatever number of queues it waits on)."""
+    if isinstance(client, RedisCluster):
+        by_node = cast(
+            "dict[str, list[dict[str, str]]]",
+            await client.client_list(target_nodes=RedisCluster.ALL_NODES),
+        )
+        entries = [entry for node_entries in by_node.values() for entry in node_entries]
+    else:
+        entries = await client.client_list()
+    return sum(1 for entry in entries if "P" in entry["flags"])
+
+
 async def blocked_in(client: RedisClient, command: str) -> int:
     """How many connections, on all nodes, are blocked in `command` (e.g. "blmove": each
     partition's consumer waits for ready events with it)."""

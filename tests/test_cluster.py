@@ -24,7 +24,7 @@ from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue.testing import EmbeddedCluster
 from tests.conftest import ScriptCall
-from tests.support import OrderTimeout, PaymentCheck, Recorder, blocked_in, wait_until
+from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
 
@@ -140,11 +140,16 @@ async def test_every_script_call_of_the_core_flow_touches_one_slot(
         with anyio.fail_after(10):
             await held_started.wait()
 
-        async def every_consumer_waits_in_redis() -> bool:
-            # One wait per OrderTimeout partition, and the PaymentCheck consumer's.
-            return await blocked_in(redis_client, "blmove") == 8 + 1
+        async def every_consumer_waits() -> bool:
+            # One taker per OrderTimeout partition, and the PaymentCheck consumer's.
+            idle = [
+                registration.consumer.idle_partitions
+                for registration in service._registrations.values()
+                if registration.consumer is not None
+            ]
+            return sum(idle) == 8 + 1
 
-        await wait_until(every_consumer_waits_in_redis)
+        await wait_until(every_consumer_waits)
         release_held.set()
         await payments.wait_for(len(payments.deliveries) + 1)
 

@@ -11,7 +11,7 @@ import redis.asyncio as redis
 
 from aioqueue import EventService, EventServiceBuilder
 from aioqueue.testing import EmbeddedServer
-from tests.support import PaymentCheck, Recorder, wait_until
+from tests.support import PaymentCheck, Recorder, subscribed, wait_until
 
 ServerFactory = Callable[..., EmbeddedServer]
 
@@ -31,8 +31,10 @@ async def command_calls(client: redis.Redis) -> dict[str, int]:
 
 
 async def test_idle_service_sends_few_commands(server_factory: ServerFactory) -> None:
-    """With nothing due for an hour, a running service sends a handful of commands a second
-    (a polling loop would send hundreds) and its consumer waits inside BLMOVE."""
+    """With nothing due for an hour, a running service sends a couple of commands a second
+    (a polling loop would send hundreds): no dispatch and no claim while nothing is due, one
+    sweep (peek.lua) per scheduling interval, and its consumer waits for a wake-up on the
+    service's one subscription."""
     server = server_factory()
     service = (
         EventService.builder().url(server.url).scheduling_interval(0.5).polling_timeout(1.0).build()
@@ -42,14 +44,12 @@ async def test_idle_service_sends_few_commands(server_factory: ServerFactory) ->
         for i in range(20):
             await service.enqueue(PaymentCheck(id=f"p-{i}", order_id=i), 3600)
 
-        async def consumer_is_blocked_in_blmove() -> bool:
-            return any(
-                entry["cmd"] == "blmove" and "b" in entry["flags"]
-                for entry in await observer.client_list()
-            )
+        async def settled() -> bool:
+            consumer = service._registrations["PaymentCheck"].consumer
+            idle = consumer is not None and consumer.idle_partitions == 1
+            return idle and await subscribed(observer) == 1
 
-        # Settled once the consumer is parked in a blocking wait on the server.
-        await wait_until(consumer_is_blocked_in_blmove)
+        await wait_until(settled)
 
         before = await command_calls(observer)
         await anyio.sleep(WINDOW)  # the measurement window; nothing is meant to happen
@@ -57,16 +57,15 @@ async def test_idle_service_sends_few_commands(server_factory: ServerFactory) ->
 
     calls = {name: after[name] - before.get(name, 0) for name in after}
     calls = {name: count for name, count in calls.items() if count}
-    round_trips = calls.get("evalsha", 0) + calls.get("eval", 0) + calls.get("blmove", 0)
-    # Expected per second: 2 dispatch passes and 1 claim (scripts) and 1 BLMOVE, which is 4
-    # round trips and about 14 commands counting those the scripts run.
-    assert round_trips / WINDOW < 8, calls
-    assert sum(calls.values()) / WINDOW < 25, calls
-    # dispatch.lua is the only script that runs ZRANGEBYSCORE: one per pass, every 0.5 s.
-    assert calls.get("zrangebyscore", 0) <= 4, calls
-    # The consumer blocks between claims (claim.lua's LPOP) instead of polling for them.
-    assert 1 <= calls.get("blmove", 0) <= 3, calls
-    assert calls.get("lpop", 0) <= calls["blmove"] + 1, calls
+    round_trips = calls.get("fcall", 0) + calls.get("evalsha", 0) + calls.get("eval", 0)
+    # Expected per second: two sweeps (a peek.lua call each, for the one queue), and a ping of
+    # the subscription every 5 s.
+    assert round_trips / WINDOW < 4, calls
+    assert sum(calls.values()) / WINDOW < 16, calls
+    # dispatch.lua is the only script that runs ZRANGEBYSCORE, claim.lua the only LPOP: nothing
+    # is due, so neither runs.
+    assert calls.get("zrangebyscore", 0) == 0, calls
+    assert calls.get("lpop", 0) == 0, calls
 
 
 @pytest.mark.backends("standalone", "cluster")

@@ -34,7 +34,7 @@ from aioqueue import (
 from aioqueue._admin.stats import read_stats
 from aioqueue._engine.client import RedisClient
 from tests.ops_support import ROOT
-from tests.support import EVERY_TOPOLOGY, PaymentCheck, blocked_in, wait_until
+from tests.support import EVERY_TOPOLOGY, PaymentCheck, subscribed, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
 
@@ -322,8 +322,8 @@ async def test_requeue_wakes_the_dispatchers(
         worker.add_handler(PaymentCheck, handled)
 
         async def worker_sleeps() -> bool:
-            # Its first pass is over: it waits for a wake-up, or 5 s.
-            return await blocked_in(redis_client, "blpop") >= 1
+            # Its first pass is over: it waits for a wake-up, or its 5 s sweep.
+            return await subscribed(redis_client) >= 1
 
         await wait_until(worker_sleeps)
         requeued_at = time.monotonic()

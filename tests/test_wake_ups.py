@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from aioqueue import EventService, EventServiceBuilder
-from aioqueue._engine.client import client_from_url
-from aioqueue._engine.store import DispatchResult, QueueStore
+from aioqueue._delivery import dispatcher as dispatcher_module
+from aioqueue._engine.client import RedisClient, client_from_url
+from aioqueue._engine.store import DispatchCall, DispatchResult, QueueStore, dispatch_queues
 from tests.support import PaymentCheck, Recorder
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -25,8 +27,8 @@ async def test_an_enqueue_from_another_process_wakes_a_sleeping_dispatcher(
     """With a 5 s scheduling interval, a sooner event from another client still arrives on time.
 
     The producer shares nothing with the worker but the server, as another process would;
-    only the queue's wake list can tell the sleeping dispatcher, and it wakes that queue (the
-    event's partition) alone.
+    only the message the enqueue publishes on the queue's wake channel can tell the sleeping
+    dispatcher, and it wakes that queue (the event's partition) alone.
     """
     handler = Recorder()
     producer_client = client_from_url(redis_url)
@@ -56,16 +58,17 @@ async def test_a_wake_up_outlives_a_pass_that_failed(
     made their calls: the pass after the error calls every queue, so the sooner event does
     not wait for its queue's own time (the warm-up's lease, 2 s on)."""
     failed: list[str] = []
-    dispatch = QueueStore.dispatch
 
-    async def fail_once(store: QueueStore, **options: int | bool) -> DispatchResult:
+    async def fail_once(
+        client: RedisClient, calls: Sequence[tuple[QueueStore, DispatchCall]]
+    ) -> list[DispatchResult | ResponseError]:
         if armed and not failed:
-            failed.append(store.event_type)
+            failed.extend(store.event_type for store, _ in calls)
             raise RedisConnectionError("connection lost (injected)")
-        return await dispatch(store, **options)  # type: ignore[arg-type]
+        return await dispatch_queues(client, calls)
 
     armed = False
-    monkeypatch.setattr(QueueStore, "dispatch", fail_once)
+    monkeypatch.setattr(dispatcher_module, "dispatch_queues", fail_once)
     handler = Recorder()
     producer_client = client_from_url(redis_url)
     producer = EventService.builder().client(producer_client).enable_scheduling(False).build()

@@ -8,9 +8,11 @@ format has one definition. Used by the CLI and the HTTP API.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import cast
 
-from aioqueue._engine.client import RedisClient, within_reply_timeout
+from aioqueue._engine.call_gate import gated_call
+from aioqueue._engine.client import RedisClient
 from aioqueue._engine.dead_letters import DeadLetterRecord, newest_dead_letters
 from aioqueue._engine.envelope import text
 from aioqueue._engine.keys import QueueLayout
@@ -48,17 +50,17 @@ async def get_dead_letter(
     client: RedisClient, layout: QueueLayout, event_id: str
 ) -> DeadLetterRecord | None:
     keys = layout.keys_for(event_id)
-    raw = await within_reply_timeout(client.hget(keys.dead_letters, event_id))
+    raw = await gated_call(client, lambda: client.hget(keys.dead_letters, event_id))
     if raw is None:
         return None
-    died_at = await within_reply_timeout(client.zscore(keys.dead_letter_times, event_id))
+    died_at = await gated_call(client, lambda: client.zscore(keys.dead_letter_times, event_id))
     return DeadLetterRecord.parse(layout.event_type, raw, died_at or 0.0)
 
 
 async def count_dead_letters(client: RedisClient, layout: QueueLayout) -> int:
     total = 0
     for keys in layout.all_keys:
-        total += int(await within_reply_timeout(client.hlen(keys.dead_letters)))
+        total += int(await gated_call(client, partial(client.hlen, keys.dead_letters)))
     return total
 
 
@@ -68,7 +70,7 @@ async def dead_letter_ids(client: RedisClient, layout: QueueLayout) -> list[str]
     for keys in layout.all_keys:
         members = cast(
             "list[bytes | str]",
-            await within_reply_timeout(client.zrange(keys.dead_letter_times, 0, -1)),
+            await gated_call(client, partial(client.zrange, keys.dead_letter_times, 0, -1)),
         )
         ids += [text(member) for member in members]
     return ids

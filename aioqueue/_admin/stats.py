@@ -36,7 +36,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from aioqueue._engine.client import RedisClient, within_reply_timeout
+from aioqueue._engine.call_gate import gated_call
+from aioqueue._engine.client import RedisClient
 from aioqueue._engine.keys import QueueKeys, QueueLayout
 from aioqueue._engine.pausing import is_paused
 from aioqueue._engine.rate_limits import read_rate_limit
@@ -187,5 +188,5 @@ async def _read_partition(client: RedisClient, keys: QueueKeys, counts: _Counts)
 
 
 async def _server_time_ms(client: RedisClient) -> int:
-    seconds, microseconds = await within_reply_timeout(client.time())
+    seconds, microseconds = await gated_call(client, lambda: client.time())
     return int(seconds) * 1000 + int(microseconds) // 1000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -10,7 +11,6 @@ from dataclasses import dataclass, field
 import anyio
 
 from aioqueue._engine.envelope import Envelope, EnvelopeError
-from aioqueue._engine.held_connection import HeldConnection
 from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._engine.store import Claimed, QueueStore
 from aioqueue._model.config import ServiceConfig
@@ -32,8 +32,9 @@ class _Partition:
 
     store: QueueStore
     acknowledger: Acknowledger
-    claims: HeldConnection
-    """The connection the partition's claims go out on, one after another."""
+    ready: asyncio.Event
+    """Set when the ready list may hold deliveries (wake_ups.py): cleared before each claim,
+    waited on when a claim found nothing."""
     carries_acknowledgements: bool = False
     """True while the partition's taker is about to claim: successes then ride that claim.
     False while it waits inside Redis or has stopped: successes are then acknowledged on
@@ -42,6 +43,8 @@ class _Partition:
     """Successes handed to the taker, each still holding its handler slot."""
     waiting: SlotRequest | None = None
     """The taker's pending request for slots; handing it a success wakes it too."""
+    idle: bool = False
+    """The taker found the ready list empty and waits for a wake-up."""
     ready_left: int | None = None
     """Deliveries its ready list held after the taker's last claim (None before the first)."""
 
@@ -80,16 +83,19 @@ class Consumer:
         parallelism: int,
         config: ServiceConfig,
         leases: Leases,
+        ready_event: Callable[[QueueStore], asyncio.Event],
         on_claiming: Callable[[int], None] = lambda ready_left: None,
         thread_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         """`thread_limiter` bounds the threads of a sync handler, shared with the service's
-        other sync handlers (anyio's default limiter if None). `on_claiming` is called as a
-        claim goes out, with the length its ready list will have once the claim is served
-        (going by the last claim's reply), so that a dispatcher tops the list up meanwhile."""
+        other sync handlers (anyio's default limiter if None). `ready_event(store)` gives the
+        event a partition's taker waits on for deliveries (see WakeUps). `on_claiming` is
+        called as a claim goes out, with the length its ready list will have once the claim
+        is served (going by the last claim's reply), so that a dispatcher tops the list up
+        meanwhile."""
         event_type = stores[0].event_type
         self._partitions = [
-            _Partition(store, Acknowledger(store), HeldConnection(store.client)) for store in stores
+            _Partition(store, Acknowledger(store), ready_event(store)) for store in stores
         ]
         self._runner = HandlerRunner(
             event_type=event_type,
@@ -171,6 +177,11 @@ class Consumer:
 
     async def wait_finished(self) -> None:
         await self._finished.wait()
+
+    @property
+    def idle_partitions(self) -> int:
+        """Partitions whose taker found nothing and waits for a wake-up."""
+        return sum(partition.idle for partition in self._partitions)
 
     async def _give_back(self) -> None:
         """Gives back what no handler began (uncounted) and what was cut off (spent)."""
@@ -285,6 +296,9 @@ class Consumer:
                 # partitions wait for slots: then they go back to the pool after the claim
                 # (acknowledged first), and those partitions have their turn.
                 count = granted if self._slots.contended else granted + len(succeeded)
+                # Cleared before the claim: a wake-up that comes while it is on its way
+                # stands, and the wait after an empty claim returns at once.
+                partition.ready.clear()
                 if partition.ready_left is not None:
                     # Called before the claim, whose script call is normally written before
                     # this task lets another run: a top-up of the list then goes out behind
@@ -316,12 +330,11 @@ class Consumer:
                 elif count and not claimed.envelopes and not partition.succeeded:
                     # Paused or not: an empty ready list fills only once dispatch (resumed)
                     # pushes to it, and that ends this wait at once.
-                    await self._wait_for_ready(partition, errors)
+                    await self._wait_for_ready(partition)
         finally:
             partition.carries_acknowledgements = False
             succeeded, partition.succeeded = partition.succeeded, []
             await self._acknowledge_apart(partition, succeeded)
-            await partition.claims.release()
 
     def _hold(self, store: QueueStore, claimed: Claimed) -> list[Lease]:
         """The claimed attempts, each held (renewed) from now on."""
@@ -342,14 +355,13 @@ class Consumer:
         self, partition: _Partition, count: int, succeeded: list[Succeeded]
     ) -> Claimed:
         # Shielded: a claim that returned must reach a handler. Cancelling it halfway would
-        # leave its events leased and late by a handler timeout. (The script call has a
+        # leave its events leased and late by a lease. (The script call has a
         # deadline of its own, so a dead server cannot hold it forever.)
         with anyio.CancelScope(shield=True):
             claimed = await partition.store.claim(
                 count,
                 lease_ms=self._config.lease_ms,
                 acknowledge=[success.envelope for success in succeeded],
-                held=partition.claims,
             )
         return claimed
 
@@ -381,15 +393,15 @@ class Consumer:
         finally:
             partition.carries_acknowledgements = True
 
-    async def _wait_for_ready(self, partition: _Partition, errors: ErrorBackoff) -> None:
-        """Blocks inside Redis until the ready list has envelopes; successes meanwhile are
-        acknowledged on their own."""
+    async def _wait_for_ready(self, partition: _Partition) -> None:
+        """Waits until the partition's ready list may hold deliveries (its event, set by a
+        wake-up); successes meanwhile are acknowledged on their own."""
         partition.carries_acknowledgements = False
         try:
             succeeded, partition.succeeded = partition.succeeded, []
             await self._acknowledge_apart(partition, succeeded)
-            await partition.store.wait_for_ready(self._config.polling_timeout)
-        except REDIS_ERRORS as exc:
-            await errors.sleep_after(exc)
+            partition.idle = True
+            await partition.ready.wait()
         finally:
+            partition.idle = False
             partition.carries_acknowledgements = True

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import anyio
-from anyio.abc import TaskGroup
 from redis.exceptions import ResponseError
 
+from aioqueue._engine.client import RedisClient
 from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
-from aioqueue._engine.store import DispatchResult, QueueStore
+from aioqueue._engine.store import DispatchCall, DispatchResult, QueueStore, dispatch_queues
 from aioqueue._model.config import ServiceConfig
 
 __all__ = ["DispatchTarget", "Dispatcher"]
@@ -25,10 +25,6 @@ READY_FULL_PAUSE = 0.05
 # a row, doubling up to the maximum; the other types are dispatched as usual meanwhile.
 ISOLATION_FIRST = 0.5
 ISOLATION_MAX = 30.0
-# Dispatch calls in flight at once in a pass, each on a pooled connection: enough for every
-# partition of a hot type, bounded because the async pools refuse connections past their
-# limit instead of waiting.
-CONCURRENT_DISPATCHES = 16
 # A dispatch call keeps the server busy about 5 us for each event it moves (half a millisecond
 # for 100), and a claim of the local consumer taking from that ready list waits behind it,
 # while that consumer holds at most its parallelism of events to handle. A call of about three
@@ -70,34 +66,43 @@ class _SetAside:
 
 class Dispatcher:
     """Runs dispatch.lua for each handled event type (each partition of it) when that queue's
-    earliest due time comes (at most a scheduling interval after its last call), or when a
-    sooner enqueue wakes it; sleeps until the first of those times.
+    earliest due time comes, or when it is woken; sleeps until the first of those times.
 
     Each queue keeps its own time, because a pass over every queue whenever any one of them
     has a due event costs a partitioned type a script call per partition for each event at a
     trickle (8 partitions: 5 dispatch calls for every 9 events, against 1 for 11 unpartitioned).
+    The queues whose time has come go out together, in one pipelined call.
 
     Sleeping is a local timer, because a blocking command's timeout inside Redis is only as
-    precise as the server's cron (100 ms at the default hz). Wake-ups from other processes
-    arrive through each queue's wake list, watched by one blocking BLPOP per queue, and wake
-    that queue only.
+    precise as the server's cron (100 ms at the default hz). It wakes for one queue when
+    another process's enqueue brings that queue's earliest due time forward (its message,
+    see wake_ups.py), when this service's own enqueue does (`wake_for`), and when the
+    service's sweep finds a queue due sooner than planned (`saw_earliest`): an idle queue
+    costs no call at all, however many there are.
     """
 
     def __init__(
-        self, config: ServiceConfig, targets: Callable[[], Iterable[DispatchTarget]]
+        self,
+        config: ServiceConfig,
+        client: RedisClient,
+        targets: Callable[[], Iterable[DispatchTarget]],
+        pushed: Callable[[QueueStore], None] = lambda store: None,
     ) -> None:
+        """`pushed` is told of every queue a call pushed deliveries to (its local consumer
+        may be waiting for them)."""
         self._config = config
+        self._client = client
         self._targets = targets
+        self._pushed = pushed
         self._scope = anyio.CancelScope()
         self._wake = anyio.Event()
         self._next_pass = math.inf
-        self._watched: dict[str, anyio.CancelScope] = {}
         self._refill_at: int | None = None
         """Set when a ready list was too full for another call: the length at or below
         which a local consumer's claim should wake the dispatcher (see ready_list_draining)."""
         self._next_call: dict[str, float] = {}
         """When each queue (by schedule key) is to be dispatched next (monotonic), from its
-        last call's reply; a queue not in it is dispatched at the next pass."""
+        last call's reply or a sweep; a queue not in it is dispatched at the next pass."""
         self._held_back: set[str] = set()
         """Queues whose ready list was too full for another call at the last pass."""
         self._woken: set[str] = set()
@@ -109,10 +114,9 @@ class Dispatcher:
 
     async def run(self) -> None:
         with self._scope:
-            async with anyio.create_task_group() as watchers:
-                await self._dispatch_forever(watchers)
+            await self._dispatch_forever()
 
-    async def _dispatch_forever(self, watchers: TaskGroup) -> None:
+    async def _dispatch_forever(self) -> None:
         errors = ErrorBackoff("dispatching")
         while True:
             # Fresh state before the pass: an enqueue that arrives during the pass (which
@@ -120,7 +124,7 @@ class Dispatcher:
             self._wake = anyio.Event()
             self._next_pass = math.inf
             try:
-                pause = await self._dispatch_all(watchers)
+                pause = await self._dispatch_all()
             except REDIS_ERRORS as exc:
                 # The pass took its queues' wake-ups and may not have made their calls: the
                 # next one calls every queue.
@@ -141,6 +145,23 @@ class Dispatcher:
         self._all_woken = True
         self._wake.set()
 
+    def wake_queue(self, schedule_key: str) -> None:
+        """Dispatches this queue now (another process brought its earliest due time forward)."""
+        self._woken.add(schedule_key)
+        self._wake.set()
+
+    def saw_earliest(self, schedule_key: str, earliest_ms: int | None, server_now_ms: int) -> None:
+        """A sweep read the queue's earliest score: dispatch it then, if that is sooner than
+        planned (an enqueue whose wake-up went unheard)."""
+        if earliest_ms is None:
+            return
+        due_in = max(0.0, (earliest_ms - server_now_ms + 1) / 1000)
+        at = time.monotonic() + due_in
+        if at < self._next_call.get(schedule_key, math.inf):
+            self._next_call[schedule_key] = at
+            if at < self._next_pass:
+                self._wake.set()
+
     def ready_list_draining(self, ready_left: int) -> None:
         """A local consumer's claim is on its way, after which its ready list will hold
         `ready_left` deliveries. If a full ready list held dispatching back, go on once it
@@ -156,43 +177,19 @@ class Dispatcher:
         if time.monotonic() + due_in < self._next_pass:
             self.wake()
 
-    def _watch_wake_signals(self, stores: list[QueueStore], watchers: TaskGroup) -> None:
-        """Keeps one wake-list watcher per handled queue: starts new ones, stops old ones."""
-        current = {store.keys.wake: store for store in stores}
-        for wake_key in [key for key in self._watched if key not in current]:
-            self._watched.pop(wake_key).cancel()
-        for wake_key, store in current.items():
-            if wake_key not in self._watched:
-                scope = self._watched[wake_key] = anyio.CancelScope()
-                watchers.start_soon(self._watch, store, scope)
-
-    async def _watch(self, store: QueueStore, scope: anyio.CancelScope) -> None:
-        errors = ErrorBackoff(f"waiting for {store.event_type} wake-ups")
-        with scope:
-            while True:
-                try:
-                    if await store.wait_for_wake_signal(self._config.polling_timeout):
-                        self._woken.add(store.keys.schedule)
-                        self._wake.set()
-                except REDIS_ERRORS as exc:
-                    await errors.sleep_after(exc)
-                else:
-                    errors.reset()
-
-    async def _dispatch_all(self, watchers: TaskGroup) -> float:
+    async def _dispatch_all(self) -> float:
         """One pass over the event types (and partitions) whose time has come or that were
-        woken, the calls in flight together: a pass takes one round trip, not one per queue;
+        woken, their calls in one pipeline: a pass takes one round trip, not one per queue;
         returns how long to sleep before the next pass."""
         config = self._config
-        pause = config.scheduling_interval
+        pause = math.inf
         targets = list(self._targets())
-        self._watch_wake_signals([target.store for target in targets], watchers)
         woken, self._woken = self._woken, set()
         all_woken, self._all_woken = self._all_woken, False
         self._refill_at = None
         self._held_back.clear()
         now = time.monotonic()
-        due: list[tuple[DispatchTarget, int]] = []
+        due: list[tuple[DispatchTarget, DispatchCall]] = []
         for target in targets:
             key = target.store.keys.schedule
             set_aside = self._set_aside.get(key)
@@ -203,7 +200,7 @@ class Dispatcher:
                     continue
             next_call = self._next_call.get(key, now)
             if all_woken or next_call <= now or key in woken:
-                due.append((target, self._call_size(target.parallelism)))
+                due.append((target, self._call(target)))
             else:
                 pause = min(pause, next_call - now)
         if len(self._next_call) > len(targets):  # handlers were removed
@@ -212,70 +209,41 @@ class Dispatcher:
         if not due:
             return pause
         sent_at = time.monotonic()
-        outcomes = await self._dispatch(due)
+        outcomes = await dispatch_queues(
+            self._client, [(target.store, call) for target, call in due]
+        )
         answered_at = time.monotonic()
-        for (target, call_size), outcome in zip(due, outcomes, strict=True):
+        for (target, call), outcome in zip(due, outcomes, strict=True):
             store = target.store
             key = store.keys.schedule
             if isinstance(outcome, ResponseError):
                 # The server answered, and refused this type only: the others go on.
                 pause = min(pause, self._set_type_aside(store, outcome))
                 continue
-            if isinstance(outcome, Exception):
-                raise outcome
             if self._set_aside.pop(key, None) is not None:
                 logger.info("dispatching %s recovered", store.event_type)
             if outcome.unrecorded and target.settings_lost is not None:
                 # Nothing was taken; the recording wakes this loop once it is done.
                 target.settings_lost(sent_at)
-                self._next_call[key] = answered_at + config.scheduling_interval
+                self._next_call[key] = math.inf
                 continue
             if outcome.dispatched:
                 config.metrics.events_dispatched(store.event_type, outcome.dispatched)
-            target_pause = min(
-                config.scheduling_interval, self._pause_after(key, outcome, call_size)
-            )
+                self._pushed(store)
+            target_pause = self._pause_after(key, outcome, call.batch_size)
             self._next_call[key] = answered_at + target_pause
             pause = min(pause, target_pause)
         return pause
 
-    async def _dispatch(
-        self, due: list[tuple[DispatchTarget, int]]
-    ) -> list[DispatchResult | Exception]:
-        """Sends the queues' dispatch calls together; each call's reply, or its error."""
+    def _call(self, target: DispatchTarget) -> DispatchCall:
         config = self._config
-        outcomes: list[DispatchResult | Exception] = [RuntimeError("not dispatched") for _ in due]
-
-        async def dispatch(index: int, target: DispatchTarget, call_size: int) -> None:
-            # Each call's error is kept with its store, never raised into the task group:
-            # a refused type is set aside on its own, and a connection error leaves as itself
-            # (not an exception group) for the retry loop of _dispatch_forever.
-            try:
-                outcomes[index] = await target.store.dispatch(
-                    batch_size=call_size,
-                    lease_ms=config.lease_ms,
-                    max_attempts=config.retry_attempts,
-                    ready_capacity=config.ready_capacity,
-                    check_recorded=target.settings_lost is not None,
-                )
-            except Exception as exc:
-                outcomes[index] = exc
-
-        if len(due) == 1:
-            # The common case, one queue due: no task group or limiter for a single call (a
-            # pass every few claims while a drain keeps the ready list topped up).
-            await dispatch(0, *due[0])
-        else:
-            limiter = anyio.CapacityLimiter(CONCURRENT_DISPATCHES)
-
-            async def dispatch_limited(index: int, target: DispatchTarget, call_size: int) -> None:
-                async with limiter:
-                    await dispatch(index, target, call_size)
-
-            async with anyio.create_task_group() as calls:
-                for index, (target, call_size) in enumerate(due):
-                    calls.start_soon(dispatch_limited, index, target, call_size)
-        return outcomes
+        return DispatchCall(
+            batch_size=self._call_size(target.parallelism),
+            lease_ms=config.lease_ms,
+            max_attempts=config.retry_attempts,
+            ready_capacity=config.ready_capacity,
+            check_recorded=target.settings_lost is not None,
+        )
 
     def _call_size(self, parallelism: int) -> int:
         """Most events one dispatch call moves to a ready list that a local consumer of this
@@ -306,6 +274,7 @@ class Dispatcher:
             self._held_back.add(key)
             return READY_FULL_PAUSE
         if result.earliest_due_ms is None:
-            return self._config.scheduling_interval
+            # Nothing scheduled: only an enqueue (its wake-up, or the sweep) brings work.
+            return math.inf
         # Round up to the next millisecond so the pass after the sleep finds the event due.
         return max(0.0, (result.earliest_due_ms - result.server_now_ms + 1) / 1000)

@@ -26,7 +26,6 @@ __all__ = [
     "REPLY_TIMEOUT",
     "RedisClient",
     "SyncRedisClient",
-    "blocking_wait_limit",
     "client_from_url",
     "ensure_slot_map",
     "producer_client_from_url",
@@ -85,19 +84,29 @@ def producer_client_from_url(url: str, *, waits: float = 0.0) -> SyncRedisClient
 # Every call a service makes has a deadline of its own (see within_reply_timeout), so its
 # clients go without redis-py's socket timeout unless told otherwise: on Python 3.11 that
 # timeout wraps each command sent in an extra task (asyncio.wait_for), which at thousands of
-# events a second is a large share of a consumer's time.
+# events a second is a large share of a consumer's time. Its pool is sized for what the
+# service holds (call_gate.CONNECTIONS_NEEDED, passed in by the builder): a URL's own
+# `max_connections` wins, and is checked like a client passed in.
 _SERVICE_OPTIONS: dict[str, Any] = {"socket_timeout": None}
 
 
-def service_client_from_url(url: str) -> RedisClient:
+def service_client_from_url(url: str, max_connections: int | None = None) -> RedisClient:
     """The client a service makes from its URL (without a socket timeout, unless the URL
-    sets one)."""
-    return client_from_url(url, **_SERVICE_OPTIONS)
+    sets one), with a pool of `max_connections` (per node on a cluster) if given."""
+    return client_from_url(url, **_SERVICE_OPTIONS, **_pool_size(max_connections))
 
 
-def service_client_of_sentinels(settings: SentinelSettings) -> RedisClient:
+def service_client_of_sentinels(
+    settings: SentinelSettings, max_connections: int | None = None
+) -> RedisClient:
     """The client a service makes from `EventServiceBuilder.sentinel(...)`, as from a URL."""
-    return own_connections(sentinel_client(settings, **_SERVICE_OPTIONS))
+    return own_connections(
+        sentinel_client(settings, **_SERVICE_OPTIONS, **_pool_size(max_connections))
+    )
+
+
+def _pool_size(max_connections: int | None) -> dict[str, Any]:
+    return {} if max_connections is None else {"max_connections": max_connections}
 
 
 _asyncio_timeout = getattr(asyncio, "timeout", None)
@@ -152,16 +161,3 @@ async def ensure_slot_map(client: RedisClient) -> None:
     """
     if isinstance(client, RedisCluster):
         await client.initialize()
-
-
-def blocking_wait_limit(client: RedisClient, wanted: float) -> float:
-    """How long a blocking command may wait on `client`: `wanted`, cut below the client's
-    socket timeout (redis-py gives new connections one of 5 s), which would otherwise end
-    every long wait in a TimeoutError and a dropped connection."""
-    if isinstance(client, RedisCluster):
-        socket_timeout = client.nodes_manager.connection_kwargs.get("socket_timeout")
-    else:
-        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
-    if not socket_timeout:
-        return wanted
-    return max(0.01, min(wanted, float(socket_timeout) * 0.8))

@@ -16,11 +16,13 @@ through the client's routing as before (`holds_a_connection` is False), as do ca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ResponseError
 
 from .client import RedisClient, within_reply_timeout
 
@@ -64,7 +66,26 @@ class HeldConnection:
             if self._released:  # released during the call: given back now that it is over
                 await self._give_back()
 
-    async def _execute(self, command: tuple[str | int | bytes, ...]) -> Any:
+    async def execute_pipeline(
+        self, commands: Sequence[tuple[str | int | bytes, ...]], *, blocking: float = 0.0
+    ) -> list[Any]:
+        """Sends `commands` in one round trip and returns their replies, each refusal (its
+        ResponseError) in its command's place; the deadline is REPLY_TIMEOUT plus
+        `blocking` (a WAIT's)."""
+        if self._released:
+            raise RuntimeError("a released HeldConnection takes no more calls")
+        self._calling = True
+        try:
+            replies: list[Any] = await within_reply_timeout(
+                self._execute(commands, self._exchange_many), blocking=blocking
+            )
+            return replies
+        finally:
+            self._calling = False
+            if self._released:
+                await self._give_back()
+
+    async def _execute(self, command: Any, exchange: Any = None) -> Any:
         pool = self._client.connection_pool  # type: ignore[union-attr]
         connection = self._connection
         if connection is None:
@@ -74,10 +95,11 @@ class HeldConnection:
             # dropped (a Sentinel-managed one asks the sentinels where the primary is now),
             # and replaced if the server closed it, or it holds data, while it sat idle.
             await pool.ensure_connection(connection)
+        run = exchange or self._exchange
         # The connection disconnects itself on any error but a refusal (and on cancellation,
         # which may leave a reply half read); the retry then connects it again.
         return await connection.retry.call_with_retry(
-            lambda: self._exchange(connection, command),
+            lambda: run(connection, command),
             lambda error: connection.disconnect(error=error),
         )
 
@@ -87,6 +109,19 @@ class HeldConnection:
     ) -> Any:
         await connection.send_packed_command(connection.pack_command(*command))
         return await connection.read_response()
+
+    @staticmethod
+    async def _exchange_many(
+        connection: AbstractConnection, commands: Sequence[tuple[str | int | bytes, ...]]
+    ) -> list[Any]:
+        await connection.send_packed_command(connection.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as refusal:  # read whole: the next reply follows it
+                replies.append(refusal)
+        return replies
 
     async def release(self) -> None:
         """Gives the connection back to the pool, at once or, during a call, when the call

@@ -43,8 +43,9 @@ class QueueKeys:
     sequence: str
     """string: counter that gives every enqueued envelope a new version."""
     wake: str
-    """list: holds a token while an enqueue has made the earliest due time earlier; sleeping
-    dispatchers block on it (BLPOP), so they wake at once, whichever process enqueued."""
+    """channel (no key is written): an enqueue that made the earliest due time earlier
+    publishes on it, and the services dispatching the queue wake at once, whichever process
+    enqueued (see the wake-ups section of lua/_prelude.lua)."""
     schedules: str
     """hash: recurring schedule name -> its record (JSON: spec, last tick produced...)."""
     paused: str

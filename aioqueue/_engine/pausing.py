@@ -7,7 +7,10 @@ call, and survives restarts.
 
 from __future__ import annotations
 
-from .client import RedisClient, within_reply_timeout
+from functools import partial
+
+from .call_gate import gated_call
+from .client import RedisClient
 from .keys import QueueLayout
 from .registry import known_layouts
 from .scripts import LuaScript
@@ -41,7 +44,7 @@ async def resume(client: RedisClient, layout: QueueLayout) -> bool:
 async def is_paused(client: RedisClient, layout: QueueLayout) -> bool:
     """True when any partition of the type is paused (a pause covers them all)."""
     for keys in layout.all_keys:
-        if await within_reply_timeout(client.hexists(keys.paused, "paused")):
+        if await gated_call(client, partial(client.hexists, keys.paused, "paused")):
             return True
     return False
 

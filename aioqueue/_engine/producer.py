@@ -14,7 +14,6 @@ from aioqueue._model.event import Event
 
 from .client import RedisClient
 from .coalescer import Coalescer
-from .held_connection import HeldConnection
 from .keys import QueueLayout
 from .queues import QueueDirectory
 from .steps import Steps, run_steps
@@ -49,29 +48,17 @@ LANES = 2
 class Producer:
     """Validates events and schedules them, grouped per partition and chunked."""
 
-    __slots__ = ("_client", "_coalescers", "_config", "_held", "_queues")
+    __slots__ = ("_client", "_coalescers", "_config", "_queues")
 
     def __init__(self, client: RedisClient, queues: QueueDirectory, config: ServiceConfig) -> None:
         self._client = client
         self._queues = queues
         self._config = config
         # Calls that share a type and a write mode share script calls, whatever their
-        # partitions: a batch goes out as one call per partition, sent together.
+        # partitions: a batch goes out as one call per partition, sent together. Its lanes
+        # take the service's connections as every call does (call_gate.py): a producer of a
+        # thousand types holds no more of them than a producer of one.
         self._coalescers: dict[_WriteMode, Coalescer[EnqueueItem, bool]] = {}
-        # Each lane of a coalescer flushes one batch at a time, so each keeps a connection for
-        # its script calls (see held_connection.py), while its service runs: a producer that
-        # is never started has nobody to give the connections back.
-        self._held: dict[tuple[_WriteMode, int], HeldConnection] | None = None
-
-    def hold_connections(self) -> None:
-        """Coalesced writes keep a connection each from now on (the service started)."""
-        self._held = {}
-
-    async def release_connections(self) -> None:
-        """Gives the kept connections back (the service stops); writes take pooled ones."""
-        held, self._held = self._held, None
-        for connection in (held or {}).values():
-            await connection.release()
 
     async def enqueue(
         self,
@@ -92,8 +79,8 @@ class Producer:
         if coalescer is None:
             coalescer = self._coalescers[mode] = Coalescer(
                 [
-                    functools.partial(self._write_coalesced, layout, mode, lane)
-                    for lane in range(self._lanes_for(layout))
+                    functools.partial(self._write_coalesced, layout, mode)
+                    for _ in range(self._lanes_for(layout))
                 ],
                 CHUNK_SIZE,
             )
@@ -104,15 +91,10 @@ class Producer:
         return LANES if one_call_a_batch else 1
 
     async def _write_coalesced(
-        self, layout: QueueLayout, mode: _WriteMode, lane: int, items: list[EnqueueItem]
+        self, layout: QueueLayout, mode: _WriteMode, items: list[EnqueueItem]
     ) -> list[bool]:
         _, replace, max_wait_ms = mode
-        held = None
-        if self._held is not None:
-            held = self._held.get((mode, lane))
-            if held is None:
-                held = self._held[mode, lane] = HeldConnection(self._client)
-        return await self._write(layout, items, replace=replace, max_wait_ms=max_wait_ms, held=held)
+        return await self._write(layout, items, replace=replace, max_wait_ms=max_wait_ms)
 
     async def enqueue_many(
         self,
@@ -174,7 +156,6 @@ class Producer:
         *,
         replace: bool,
         max_wait_ms: int | None,
-        held: HeldConnection | None = None,
     ) -> list[bool]:
         durability = self._config.durability
         all_keys = layout.all_keys
@@ -190,7 +171,7 @@ class Producer:
                 self._client, writes, replace=replace, max_wait_ms=max_wait_ms,
                 durability=durability,
             )  # fmt: skip
-        return await run_steps(self._client, steps, held)
+        return await run_steps(self._client, steps)
 
     def prepare(self, event: Event, due: DueTime, context: str = "{}") -> EnqueueItem:
         """Validates and encodes one event for a script that writes it (a schedule's tick)."""

@@ -3,9 +3,12 @@ dispatch.lua and claim.lua enforce for every service of the prefix."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from aioqueue._model.rate_limit import RateLimit
 
-from .client import RedisClient, within_reply_timeout
+from .call_gate import gated_call
+from .client import RedisClient
 from .keys import QueueLayout
 from .recovery import logger
 
@@ -14,7 +17,7 @@ __all__ = ["read_rate_limit", "record_rate_limit", "set_rate_limit"]
 
 async def read_rate_limit(client: RedisClient, layout: QueueLayout) -> RateLimit | None:
     keys = layout.all_keys[0]
-    limit, per_ms = await within_reply_timeout(client.hmget(keys.rate, ["limit", "per_ms"]))
+    limit, per_ms = await gated_call(client, lambda: client.hmget(keys.rate, ["limit", "per_ms"]))
     try:
         return RateLimit(int(limit), int(per_ms)) if limit and per_ms else None
     except ValueError:
@@ -46,7 +49,7 @@ async def set_rate_limit(client: RedisClient, layout: QueueLayout, limit: RateLi
     """Sets (or, with None, removes) the type's rate limit for every service."""
     for keys in layout.all_keys:
         if limit is None:
-            await within_reply_timeout(client.delete(keys.rate))
+            await gated_call(client, partial(client.delete, keys.rate))
         else:
             mapping: dict[str | bytes, int] = {"limit": limit.limit, "per_ms": limit.per_ms}
-            await within_reply_timeout(client.hset(keys.rate, mapping=mapping))  # type: ignore[arg-type]
+            await gated_call(client, partial(client.hset, keys.rate, mapping=mapping))  # type: ignore[arg-type]

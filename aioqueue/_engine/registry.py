@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from aioqueue._model.errors import PartitionCountMismatchError
 
-from .client import RedisClient, within_reply_timeout
+from .call_gate import gated_call
+from .client import RedisClient
 from .envelope import readable_text, text
 from .keys import MAX_PARTITIONS, QueueLayout
 from .recovery import logger
@@ -90,7 +91,7 @@ class Registry:
 async def read_registry(client: RedisClient, prefix: str) -> Registry:
     """Every type recorded under `prefix`, sorted by name; an entry that is no partition
     count is left out and described in `problems`, so one bad record never hides the rest."""
-    entries = await within_reply_timeout(client.hgetall(registry_key(prefix)))
+    entries = await gated_call(client, lambda: client.hgetall(registry_key(prefix)))
     layouts, problems = [], []
     for name, value in entries.items():
         count = _count(value)

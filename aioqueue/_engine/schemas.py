@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from .client import RedisClient, within_reply_timeout
+from .call_gate import gated_call
+from .client import RedisClient
 from .envelope import readable_text, text
 from .recovery import logger
 from .steps import Steps, run_steps
@@ -132,7 +133,7 @@ async def read_schemas(
     client: RedisClient, prefix: str
 ) -> tuple[dict[str, PublishedSchema], list[str]]:
     """Every published schema by type, and a description of each unusable entry."""
-    entries = await within_reply_timeout(client.hgetall(schemas_key(prefix)))
+    entries = await gated_call(client, lambda: client.hgetall(schemas_key(prefix)))
     schemas, problems = {}, []
     for name, raw in entries.items():
         try:

@@ -128,6 +128,27 @@ class LuaScript:
                 yield from self._confirm_alone(client, touches, durable)
         return results
 
+    def pipelined_outcomes(
+        self,
+        client: object,
+        calls: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
+    ) -> Steps[list[Any]]:
+        """Several calls of the script in one pipeline, as pipelined_steps, but each call's
+        refusal (once it failed again on its own) is its outcome, in its place, rather than
+        raised: one queue the server refuses does not fail the others' calls."""
+        replies = yield Pipeline([self.call(client, keys, args) for keys, args in calls])
+        outcomes: list[Any] = []
+        for (keys, args), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                try:
+                    reply = yield from self.steps(client, keys, args)
+                except ResponseError as refusal:
+                    reply = refusal
+            elif isinstance(reply, BaseException):
+                raise reply
+            outcomes.append(reply)
+        return outcomes
+
     def _confirm_alone(
         self,
         client: object,
@@ -165,6 +186,7 @@ FAIL = LuaScript("fail")
 CANCEL = LuaScript("cancel")
 REQUEUE = LuaScript("requeue")
 RENEW = LuaScript("renew")
+PEEK = LuaScript("peek")
 HAND_BACK = LuaScript("hand_back")
 RESCHEDULE = LuaScript("reschedule")
 TAKE_OVER_RUN = LuaScript("take_over_run")

@@ -3,7 +3,8 @@ the payload field whose value dispatch.lua serialises, for every service of the 
 
 from __future__ import annotations
 
-from .client import RedisClient, within_reply_timeout
+from .call_gate import gated_call
+from .client import RedisClient
 from .envelope import text
 from .keys import QueueLayout
 from .recovery import logger
@@ -14,7 +15,7 @@ __all__ = ["read_serial_field", "record_serial_field", "record_serial_field_step
 
 async def read_serial_field(client: RedisClient, layout: QueueLayout) -> str | None:
     """The payload field the type's events are serialised on, or None."""
-    recorded = await within_reply_timeout(client.get(layout.all_keys[0].serial_field))
+    recorded = await gated_call(client, lambda: client.get(layout.all_keys[0].serial_field))
     return None if recorded is None else text(recorded)
 
 

@@ -14,7 +14,8 @@ limit leaves the key in place: only a loss of data brings a service's own limit 
 
 from __future__ import annotations
 
-from .client import RedisClient, within_reply_timeout
+from .call_gate import gated_call
+from .client import RedisClient
 from .keys import QueueLayout
 
 __all__ = ["mark_recorded"]
@@ -25,4 +26,4 @@ async def mark_recorded(client: RedisClient, layout: QueueLayout) -> None:
     async with client.pipeline(transaction=False) as pipe:
         for keys in layout.all_keys:
             pipe.set(keys.recorded, 1)
-        await within_reply_timeout(pipe.execute())
+        await gated_call(client, pipe.execute)

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeAlias, TypeVar
 
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.cluster import RedisCluster as SyncRedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import MaxConnectionsError, ResponseError
 
+from .call_gate import gate_of, retrying_a_full_pool
 from .client import RedisClient, SyncRedisClient, ensure_slot_map, within_reply_timeout
 from .held_connection import HeldConnection
 from .node_pipelines import NodeCommands, run_on_nodes
@@ -100,8 +102,21 @@ Steps: TypeAlias = "Generator[Step, Any, R]"
 
 async def run_steps(client: RedisClient, steps: Steps[R], held: HeldConnection | None = None) -> R:
     """Runs `steps` on an asyncio client; each reply has REPLY_TIMEOUT (see client.py). With
-    `held` (a connection of this client's that the caller keeps), single commands go out on
-    that connection; pipelines still take the client's."""
+    `held` (a connection of this client's that the caller keeps), the steps go out on that
+    connection; else, when the client has a service's gate (call_gate.py), on a slot of it
+    for the whole conversation, waiting for one while every slot is taken."""
+    if held is None:
+        gate = gate_of(client)
+        if gate is not None:
+            slot = await gate.acquire()
+            try:
+                return await _drive(client, steps, slot)
+            finally:
+                gate.release(slot)
+    return await _drive(client, steps, held)
+
+
+async def _drive(client: RedisClient, steps: Steps[R], held: HeldConnection | None) -> R:
     reply: Any = None
     refusal: ResponseError | None = None
     try:
@@ -113,18 +128,33 @@ async def run_steps(client: RedisClient, steps: Steps[R], held: HeldConnection |
                 return result
             refusal = None
             try:
-                if isinstance(step, Pipeline):
-                    reply = await _pipeline(client, step)
-                elif held is not None and held.holds_a_connection:
-                    reply = await held.execute(*step)
-                else:
-                    await ensure_slot_map(client)  # the node is picked from the current map
-                    call = client.execute_command(*step, **_routing(client, step))
-                    reply = await within_reply_timeout(call)
+                try:
+                    reply = await _send(client, step, held)
+                except MaxConnectionsError:
+                    # Refused before anything was sent: the pool (shared with the
+                    # application) is full for now; wait for a connection to come free.
+                    reply = await retrying_a_full_pool(partial(_send, client, step, held))
             except ResponseError as exc:
                 refusal = exc
     finally:
         steps.close()
+
+
+async def _send(client: RedisClient, step: Step, held: HeldConnection | None) -> Any:
+    """One step's reply: on `held`'s connection where it holds one, else through the client."""
+    if isinstance(step, Pipeline):
+        if held is not None and held.holds_a_connection:
+            confirm = step.confirm.commands if step.confirm else ()
+            replies = await held.execute_pipeline(
+                [*step.commands, *confirm], blocking=_blocking(step)
+            )
+            return _split(step, replies)
+        return await _pipeline(client, step)
+    if held is not None and held.holds_a_connection:
+        return await held.execute(*step)
+    await ensure_slot_map(client)  # the node is picked from the current map
+    call = client.execute_command(*step, **_routing(client, step))
+    return await within_reply_timeout(call)
 
 
 def run_steps_sync(client: SyncRedisClient, steps: Steps[R]) -> R:

@@ -7,22 +7,28 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import orjson
+from redis.exceptions import ResponseError
 
-from .client import (
-    REPLY_TIMEOUT,
-    RedisClient,
-    blocking_wait_limit,
-    ensure_slot_map,
-    within_reply_timeout,
-)
+from .call_gate import gated_call
+from .client import RedisClient
 from .envelope import Envelope, text
-from .held_connection import HeldConnection
 from .keys import QueueKeys
-from .scripts import ACKNOWLEDGE, CLAIM, DISPATCH, FAIL, HAND_BACK, RENEW, REQUEUE
+from .scripts import ACKNOWLEDGE, CLAIM, DISPATCH, FAIL, HAND_BACK, PEEK, RENEW, REQUEUE
 from .steps import run_steps
 from .writes import EnqueueItem, cancel_steps, enqueue_steps
 
-__all__ = ["Claimed", "DispatchResult", "GivenBack", "QueueStore", "Requeued", "renew_leases"]
+__all__ = [
+    "Claimed",
+    "DispatchCall",
+    "DispatchResult",
+    "GivenBack",
+    "Peek",
+    "QueueStore",
+    "Requeued",
+    "dispatch_queues",
+    "peek_queues",
+    "renew_leases",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,29 @@ class DispatchResult:
         """Due events the call took one way or another: as many as `limit` means more may
         be due right now."""
         return self.dispatched + self.buried + self.parked + self.extended
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchCall:
+    """What one dispatch.lua call is asked to do."""
+
+    batch_size: int
+    lease_ms: int
+    max_attempts: int
+    ready_capacity: int
+    check_recorded: bool = False
+    """Take nothing while the type's settings are gone from the server (see DispatchResult.
+    unrecorded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Peek:
+    """What waits in one queue, as a sweep sees it (peek.lua)."""
+
+    server_now_ms: int
+    earliest_due_ms: int | None
+    """The earliest score in the schedule (a due time or a lease's end), None when empty."""
+    ready_length: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,33 +146,29 @@ class QueueStore:
         ready_capacity: int,
         check_recorded: bool = False,
     ) -> DispatchResult:
-        """Moves due events to the ready list (dispatch.lua). With `check_recorded`, takes
-        nothing while the type's settings are gone from the server (see DispatchResult.
-        unrecorded)."""
+        """Moves due events to the ready list (dispatch.lua): this queue's call alone."""
+        call = DispatchCall(batch_size, lease_ms, max_attempts, ready_capacity, check_recorded)
+        [outcome] = await dispatch_queues(self.client, [(self, call)])
+        if isinstance(outcome, ResponseError):
+            raise outcome
+        return outcome
+
+    def dispatch_call(self, call: DispatchCall) -> tuple[list[str], list[str | int | bytes]]:
+        """The keys and arguments of dispatch.lua for this queue."""
         k = self.keys
         keys = [
             k.schedule, k.events, k.ready, k.dead_letters, k.dead_letter_times, k.paused,
             k.rate, k.starts, k.serial_field, k.serial_holders, k.serial_waiting, k.counts,
         ]  # fmt: skip
-        if check_recorded:
+        if call.check_recorded:
             keys.append(k.recorded)
-        reply = await DISPATCH.run(
-            self.client, keys, [batch_size, lease_ms, max_attempts, ready_capacity]
-        )
-        dispatched, buried, now, earliest, limit, ready_length, parked, unrecorded, extended = (
-            int(value) for value in reply
-        )
-        return DispatchResult(
-            dispatched=dispatched,
-            buried=buried,
-            server_now_ms=now,
-            earliest_due_ms=None if earliest < 0 else earliest,
-            limit=limit,
-            ready_length=ready_length,
-            parked=parked,
-            unrecorded=bool(unrecorded),
-            extended=extended,
-        )
+        args: list[str | int | bytes] = [
+            call.batch_size,
+            call.lease_ms,
+            call.max_attempts,
+            call.ready_capacity,
+        ]
+        return keys, args
 
     async def claim(
         self,
@@ -151,11 +176,9 @@ class QueueStore:
         *,
         lease_ms: int,
         acknowledge: Sequence[Envelope] = (),
-        held: HeldConnection | None = None,
     ) -> Claimed:
         """Acknowledges the `acknowledge` deliveries, then pops up to `count` current envelopes
-        from the ready list (never blocks), in one atomic call (on `held`, a connection of
-        this store's client that the caller keeps for its claims, if given)."""
+        from the ready list (never blocks), in one atomic call."""
         k = self.keys
         keys = [
             k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused,
@@ -164,7 +187,7 @@ class QueueStore:
         args: list[str | int | bytes] = [count, lease_ms]
         if acknowledge:
             args.append(orjson.dumps(_versions(acknowledge)))
-        reply = await CLAIM.run(self.client, keys, args, held)
+        reply = await CLAIM.run(self.client, keys, args)
         if int(reply[1]) == -1:  # paused: the third value is the ready list's length
             return Claimed(int(reply[0]), int(reply[2]), [], paused=True)
         if int(reply[1]) == -2:  # the rate limit's window is full until the fourth value
@@ -172,30 +195,6 @@ class QueueStore:
         return Claimed(
             server_now_ms=int(reply[0]), ready_left=int(reply[1]), envelopes=list(reply[2:])
         )
-
-    async def wait_for_ready(self, timeout: float) -> None:
-        """Blocks inside Redis until the ready list has an envelope or `timeout` passes.
-
-        The wait moves the tail of the list back onto its tail (BLMOVE onto itself, RIGHT to
-        RIGHT) instead of popping it, so a wait that is cancelled or loses its connection
-        takes nothing away (envelopes only leave the list through claim.lua), and the list
-        keeps its due order: LEFT to RIGHT would send the earliest events behind the batch.
-        """
-        ready = self.keys.ready
-        await self._blocking_wait(timeout, "BLMOVE", ready, ready, "RIGHT", "RIGHT")
-
-    async def wait_for_wake_signal(self, timeout: float) -> bool:
-        """Blocks until an enqueue (from any process) signals a sooner due time, or `timeout`."""
-        return await self._blocking_wait(timeout, "BLPOP", self.keys.wake) is not None
-
-    async def _blocking_wait(self, timeout: float, *command: str) -> Any:
-        """Runs a blocking command whose last argument is its timeout, with a reply deadline
-        that long plus REPLY_TIMEOUT."""
-        await ensure_slot_map(self.client)
-        wait = blocking_wait_limit(self.client, timeout)
-        # execute_command because redis-py types the timeout as int; Redis takes fractions.
-        reply = self.client.execute_command(*command, wait)
-        return await within_reply_timeout(reply, wait + REPLY_TIMEOUT)
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""
@@ -253,15 +252,18 @@ class QueueStore:
         """The newest `limit` dead letters as (stored envelope, died_at ms)."""
         newest = cast(
             "list[tuple[bytes | str, float]]",
-            await within_reply_timeout(
-                self.client.zrevrange(self.keys.dead_letter_times, 0, limit - 1, withscores=True)
+            await gated_call(
+                self.client,
+                lambda: self.client.zrevrange(
+                    self.keys.dead_letter_times, 0, limit - 1, withscores=True
+                ),
             ),
         )
         if not newest:
             return []
         ids = [event_id for event_id, _ in newest]
-        raws: list[bytes | str | None] = await within_reply_timeout(
-            self.client.hmget(self.keys.dead_letters, ids)
+        raws: list[bytes | str | None] = await gated_call(
+            self.client, lambda: self.client.hmget(self.keys.dead_letters, ids)
         )
         return [
             (raw, died_at)
@@ -291,3 +293,51 @@ async def renew_leases(
     1) of the attempts no longer held."""
     replies = await run_steps(client, RENEW.pipelined_steps(client, renewals))
     return [[int(position) for position in reply] for reply in replies]
+
+
+def _dispatch_result(reply: list[Any]) -> DispatchResult:
+    dispatched, buried, now, earliest, limit, ready_length, parked, unrecorded, extended = (
+        int(value) for value in reply
+    )
+    return DispatchResult(
+        dispatched=dispatched,
+        buried=buried,
+        server_now_ms=now,
+        earliest_due_ms=None if earliest < 0 else earliest,
+        limit=limit,
+        ready_length=ready_length,
+        parked=parked,
+        unrecorded=bool(unrecorded),
+        extended=extended,
+    )
+
+
+async def dispatch_queues(
+    client: RedisClient, calls: Sequence[tuple[QueueStore, DispatchCall]]
+) -> list[DispatchResult | ResponseError]:
+    """Dispatches several queues in one pipeline (one round trip, one per node on a
+    cluster); each queue's result, or the server's refusal of its call (the other queues'
+    calls go on)."""
+    replies = await run_steps(
+        client,
+        DISPATCH.pipelined_outcomes(client, [store.dispatch_call(call) for store, call in calls]),
+    )
+    return [
+        reply if isinstance(reply, ResponseError) else _dispatch_result(reply) for reply in replies
+    ]
+
+
+async def peek_queues(client: RedisClient, stores: Sequence[QueueStore]) -> list[Peek | None]:
+    """What waits in each of `stores`' queues, in one pipeline (see peek.lua); None for a
+    queue whose keys the server refuses to read (written by hand with the wrong type: its
+    dispatch says so, and the other queues' peeks go on)."""
+    calls: list[tuple[list[str], list[str | int | bytes]]] = [
+        ([store.keys.schedule, store.keys.ready], []) for store in stores
+    ]
+    replies = await run_steps(client, PEEK.pipelined_outcomes(client, calls))
+    return [
+        None
+        if isinstance(reply, ResponseError)
+        else Peek(int(reply[0]), None if int(reply[1]) < 0 else int(reply[1]), int(reply[2]))
+        for reply in replies
+    ]

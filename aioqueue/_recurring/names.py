@@ -46,7 +46,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from aioqueue._engine.client import RedisClient, within_reply_timeout
+from aioqueue._engine.call_gate import gated_call
+from aioqueue._engine.client import RedisClient
 from aioqueue._engine.envelope import text
 from aioqueue._engine.scripts import LuaScript
 
@@ -108,11 +109,11 @@ async def settle(client: RedisClient, prefix: str, name: str, token: int) -> Non
 
 
 async def read_entry(client: RedisClient, prefix: str, name: str) -> NameEntry | None:
-    raw = await within_reply_timeout(client.hget(directory_key(prefix), name))
+    raw = await gated_call(client, lambda: client.hget(directory_key(prefix), name))
     return None if raw is None else NameEntry.parse(raw)
 
 
 async def read_entries(client: RedisClient, prefix: str) -> dict[str, NameEntry]:
     """Every name of the prefix's directory, removed ones included."""
-    entries = await within_reply_timeout(client.hgetall(directory_key(prefix)))
+    entries = await gated_call(client, lambda: client.hgetall(directory_key(prefix)))
     return {text(name): NameEntry.parse(raw) for name, raw in entries.items()}

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 import orjson
 
-from aioqueue._engine.client import RedisClient, within_reply_timeout
+from aioqueue._engine.call_gate import gated_call
+from aioqueue._engine.client import RedisClient
 from aioqueue._engine.envelope import died_at_from_ms, text
 from aioqueue._engine.keys import QueueKeys
 from aioqueue._engine.recovery import logger
@@ -258,7 +259,7 @@ async def read_stored(
 ) -> ScheduleRecord | Tombstone | None:
     """What the type holds under `name`: a live record, a tombstone (the name moved or was
     removed; also unreadable text), or None for nothing at all."""
-    raw, (seconds, micros) = await within_reply_timeout(_read(client, keys, name))
+    raw, (seconds, micros) = await gated_call(client, lambda: _read(client, keys, name))
     if raw is None:
         return None
     now = int(seconds) * 1000 + int(micros) // 1000

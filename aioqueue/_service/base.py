@@ -20,6 +20,7 @@ from aioqueue._delivery.consumer import Consumer
 from aioqueue._delivery.dispatcher import Dispatcher
 from aioqueue._delivery.handler_runner import Handler
 from aioqueue._delivery.leases import Leases
+from aioqueue._delivery.wake_ups import WakeUps
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.producer import Producer
 from aioqueue._engine.queues import QueueDirectory, TypeQueue
@@ -75,6 +76,8 @@ class ServiceBase:
     """The attempts this service's consumers hold, renewed together (see leases.py)."""
     _dispatcher: Dispatcher | None
     """Made when the service starts, and only if it dispatches."""
+    _wake_ups: WakeUps | None
+    """What wakes the dispatcher and the consumers (wake_ups.py); made when it starts."""
     _task_group: TaskGroup | None
     """Owns every background task while the service runs."""
     _handler_threads: anyio.CapacityLimiter | None

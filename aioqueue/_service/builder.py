@@ -8,6 +8,7 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aioqueue._engine.call_gate import CONNECTIONS_NEEDED, check_room
 from aioqueue._engine.client import (
     RedisClient,
     service_client_from_url,
@@ -128,8 +129,9 @@ class EventServiceBuilder:
         return self
 
     def scheduling_interval(self, interval: Duration) -> EventServiceBuilder:
-        """Longest time the dispatcher sleeps when nothing is due sooner (default 0.5 s). An
-        enqueue that brings the earliest due time forward wakes it at once, so this bounds
+        """How often the service looks at every queue it dispatches and consumes, in one
+        pipelined call, for work no wake-up announced (default 0.5 s). An enqueue that
+        brings the earliest due time forward wakes the dispatchers at once, so this bounds
         how late an event enqueued by another process without a wake-up can be."""
         self._durations["scheduling_interval"] = interval
         return self
@@ -149,8 +151,8 @@ class EventServiceBuilder:
         return self
 
     def polling_timeout(self, timeout: Duration) -> EventServiceBuilder:
-        """How long a consumer's blocking wait inside Redis lasts before it is renewed
-        (default 1 s); also how often a paused type's consumer asks again."""
+        """How often a paused type's consumer asks again whether the pause is over (default
+        1 s)."""
         self._durations["polling_timeout"] = timeout
         return self
 
@@ -292,16 +294,19 @@ class EventServiceBuilder:
             durability=None if self._durability is None else Durability.of(*self._durability),
         )
         if self._client is not None:
+            check_room(self._client)
             return self._factory(config, self._client, owns_client=False)
         if self._sentinels is not None:
             settings = checked(lambda s: sentinel_settings(*s), self._sentinels, "sentinel")
-            client = service_client_of_sentinels(settings)
+            client = service_client_of_sentinels(settings, CONNECTIONS_NEEDED)
         elif self._url is not None:
-            client = checked(service_client_from_url, self._url, "url")
+            url = self._url
+            client = checked(lambda u: service_client_from_url(u, CONNECTIONS_NEEDED), url, "url")
         else:
             raise ConfigurationError(
                 "set a Redis connection with .client(...), .url(...) or .sentinel(...)"
             )
+        check_room(client)  # a URL's own max_connections wins over the service's
         return self._factory(config, client, owns_client=True)
 
     def _checked_rate_limits(self) -> dict[str, RateLimit]:

@@ -15,6 +15,7 @@ from aioqueue._delivery.watchdog import handler_code
 from aioqueue._engine.rate_limits import record_rate_limit
 from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._engine.settings_marks import mark_recorded
+from aioqueue._engine.store import QueueStore
 from aioqueue._model.errors import HandlerRegistrationError, PartitionCountMismatchError
 from aioqueue._model.event import Event, event_type_name, serial_key_of
 
@@ -73,6 +74,8 @@ class ServiceHandlers(ServiceBase):
         self._registrations[event_type] = registration
         if self._state is ServiceState.RUNNING:
             self._start_consumer(registration)
+            if self._wake_ups is not None:
+                self._wake_ups.dispatching()
             if self._dispatcher is not None:
                 self._dispatcher.wake()
 
@@ -119,9 +122,14 @@ class ServiceHandlers(ServiceBase):
             return False
         if registration.consumer is not None:
             registration.consumer.stop_taking()
+        if self._wake_ups is not None:
+            for store in self._queues.queue(registration.event_type).stores:
+                self._wake_ups.forget(store)
+            self._wake_ups.dispatching()
         return True
 
     def _start_consumer(self, registration: Registration) -> None:
+        assert self._wake_ups is not None
         registration.consumer = Consumer(
             stores=self._queues.queue(registration.event_type).stores,
             event_class=registration.event_class,
@@ -129,6 +137,7 @@ class ServiceHandlers(ServiceBase):
             parallelism=registration.parallelism,
             config=self._config,
             leases=self._leases,
+            ready_event=self._wake_ups.ready_event,
             on_claiming=self._ready_list_draining,
             thread_limiter=self._handler_threads,
         )
@@ -218,6 +227,16 @@ class ServiceHandlers(ServiceBase):
     def _ready_list_draining(self, ready_left: int) -> None:
         if self._dispatcher is not None:
             self._dispatcher.ready_list_draining(ready_left)
+
+    def _pushed(self, store: QueueStore) -> None:
+        if self._wake_ups is not None:
+            self._wake_ups.pushed(store)
+
+    def _dispatched_stores(self) -> Iterator[QueueStore]:
+        if self._dispatcher is None:
+            return
+        for event_type in self._registrations:
+            yield from self._queues.queue(event_type).stores
 
     def _dispatch_targets(self) -> Iterator[DispatchTarget]:
         for event_type, registration in self._registrations.items():

@@ -8,7 +8,9 @@ import anyio
 
 from aioqueue._delivery.dispatcher import Dispatcher
 from aioqueue._delivery.leases import Leases
+from aioqueue._delivery.wake_ups import WakeUps
 from aioqueue._delivery.watchdog import LoopWatchdog
+from aioqueue._engine.call_gate import close_gate, open_gate
 from aioqueue._engine.client import RedisClient
 from aioqueue._engine.event_types import EventTypes
 from aioqueue._engine.producer import Producer
@@ -67,9 +69,29 @@ class EventService(
         # Made when the service starts: anyio's primitives need a running event loop, and a
         # service is often built at import time.
         self._dispatcher = None
+        self._wake_ups = None
         self._task_group = None
         self._handler_threads = None
         self._background_failure = None
+
+    def _start_wake_ups(self) -> None:
+        """The dispatcher (if the service dispatches) and what wakes it and the consumers."""
+        dispatcher = None
+        if self._config.enable_scheduling:
+            dispatcher = Dispatcher(
+                self._config, self._client, self._dispatch_targets, pushed=self._pushed
+            )
+        self._dispatcher = dispatcher
+        self._wake_ups = WakeUps(
+            self._client,
+            self._config.scheduling_interval,
+            dispatched=self._dispatched_stores,
+            wake_queue=dispatcher.wake_queue if dispatcher else lambda key: None,
+            saw_earliest=dispatcher.saw_earliest if dispatcher else lambda *seen: None,
+        )
+        self._start_background("wake-ups", self._wake_ups.run)
+        if dispatcher is not None:
+            self._start_background("dispatcher", dispatcher.run)
 
     @staticmethod
     def builder() -> EventServiceBuilder:
@@ -103,11 +125,11 @@ class EventService(
         self._task_group = task_group
         self._handler_threads = anyio.CapacityLimiter(self._config.handler_threads)
         self._state = ServiceState.RUNNING
-        self._producer.hold_connections()
+        # From here every call of the service waits its turn for one of a few connections,
+        # however many types it produces and consumes (see call_gate.py).
+        open_gate(self._client)
         self._start_background("lease renewals", self._leases.run)
-        if self._config.enable_scheduling:
-            self._dispatcher = Dispatcher(self._config, self._dispatch_targets)
-            self._start_background("dispatcher", self._dispatcher.run)
+        self._start_wake_ups()
         if self._config.loop_blocking_threshold > 0:
             watchdog = LoopWatchdog(self._config.loop_blocking_threshold, self._handler_codes)
             self._start_background("loop watchdog", watchdog.run)
@@ -166,7 +188,7 @@ class EventService(
             finally:
                 self._task_group = None
                 self._state = ServiceState.CLOSED
-                await self._producer.release_connections()
+                await close_gate(self._client)
                 if self._owns_client:
                     await self._client.aclose()
         if exc is None:

@@ -70,11 +70,18 @@ local function version_of(envelope)
   return envelope.v
 end
 
--- Wakes dispatchers sleeping on the wake list. One token is enough however many writes came
--- first: the list is kept at one element.
+-- Wake-ups. A script that makes work for waiting services publishes on a channel named after
+-- the queue key that holds the work, and the services subscribe, one connection each however
+-- many queues they wait on (aioqueue/_engine/subscriber.py): `wake` when the earliest due
+-- time came forward (dispatchers look again), `ready` when deliveries arrive in an empty
+-- ready list (its consumers claim). With pcall: a message is a hint (services also sweep the
+-- queues now and then), and a user the server refuses the channel must not lose the write.
+local function signal(channel)
+  redis.pcall('PUBLISH', channel, '')
+end
+
 local function wake_dispatchers(wake)
-  redis.call('RPUSH', wake, 1)
-  redis.call('LTRIM', wake, -1, -1)
+  signal(wake)
 end
 
 -- Cancels a schedule's produced tick that is still to come (its event pending, due after

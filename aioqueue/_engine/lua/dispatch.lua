@@ -295,6 +295,9 @@ if #due > 0 then
   if #deliveries > 0 then
     call_chunked('RPUSH', KEYS[3], deliveries)
     dispatched = #deliveries
+    if ready_length == 0 then
+      signal(KEYS[3])  -- consumers that found the list empty wait for this
+    end
   end
 end
 count_under_way(KEYS[12], started - ended)
