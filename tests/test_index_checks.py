@@ -88,9 +88,11 @@ def test_the_readme_renders_as_the_index_renders_it(built: Built) -> None:
 
         html = render(description)
     assert html is not None
-    # The two tables (the comparison and the benchmark) and each footnote are rendered,
-    # and no Markdown is left as text: no fence, table rule or footnote mark.
-    assert html.count("<table>") == 2, html
+    # Every table (the comparison, the figures, the extras by role) and each footnote is
+    # rendered, and no Markdown is left as text: no fence, table rule or footnote mark.
+    tables = re.findall(r"^\|(?:-+\|)+$", description, flags=re.MULTILINE)
+    assert len(tables) >= 3
+    assert html.count("<table>") == len(tables), html
     footnotes = re.findall(r"^\[\^([\w-]+)\]:", description, flags=re.MULTILINE)
     assert footnotes, "the comparison table's footnote"
     assert [name for name in footnotes if f'id="fn-{name}"' not in html] == []
