@@ -7,8 +7,9 @@ with `test_` is run by pytest, beside the other named files of its page (`confte
 `pyproject.toml`), which are not run on their own. A fence whose title is "Output", right
 after a Python block, is what that block prints. A block whose only line is
 `--8<-- "path"` shows a file of the repository (pymdownx.snippets) and is that file. A block
-titled with the path of a file of examples/ (`title="examples/flask_app.py"`) is an excerpt:
-word for word in that file, which the suite runs.
+titled with the path of a file of examples/ and the word excerpt
+(`title="examples/flask_app.py (excerpt)"`, which the reader sees above the block) is an
+excerpt: word for word in that file, which the suite runs, and not run on its own.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"$')
+EXCERPT_TITLE = re.compile(r"(?P<path>examples/\S+) \(excerpt\)")
 # `.prefix("shop")` on a builder, `prefix="shop"` as a keyword argument (Spark, create_app).
 PREFIX = re.compile(r'\.prefix\(\s*"([^"]+)"\s*\)|\bprefix\s*=\s*"([^"]+)"')
 
@@ -50,9 +52,14 @@ class Block:
 
     @property
     def excerpt_of(self) -> Path | None:
-        """The file of examples/ an excerpt block is taken from, if it is one."""
+        """The file of examples/ an excerpt block is taken from, if it is one: any block
+        titled with a path of examples/, so that one whose title leaves out "(excerpt)" is
+        still held to the file (and the test on its title fails) rather than run."""
         title = self.title
-        return ROOT / title if title is not None and title.startswith("examples/") else None
+        if title is None or not title.startswith("examples/"):
+            return None
+        match = EXCERPT_TITLE.fullmatch(title)
+        return ROOT / (match["path"] if match else title)
 
     @property
     def prefixes(self) -> set[str]:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 import redis.asyncio as redis
@@ -118,13 +119,38 @@ async def test_a_second_signal_forces_the_stop(
     assert exports.pending == 1
 
 
-async def test_bad_factories_are_explained(redis_url: str) -> None:
-    shape = await run_cli("worker", "no_colon", "--url", redis_url)
-    assert shape.returncode == 1
-    assert "FACTORY must look like module:callable" in shape.stderr
-    missing = await run_cli("worker", "tests.nowhere:create", "--url", redis_url)
-    assert "cannot import 'tests.nowhere'" in missing.stderr
+async def test_a_factory_that_names_nothing_is_a_usage_error(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Exit 2, as docs/operating/cli.md promises for bad usage: the command line names a
+    module or callable that is not there, which no retry or restart can fix."""
+    (tmp_path / "jobs.py").write_text("RETRIES = 3\n")
+    app_dir = ("--app-dir", str(tmp_path))
+    cases = {
+        "no_colon": "FACTORY must look like module:callable, got 'no_colon'",
+        "tests.nowhere:create": "cannot import 'tests.nowhere': No module named 'tests.nowhere'",
+        "nowhere.jobs:create": "cannot import 'nowhere.jobs': No module named 'nowhere'",
+        "jobs:create_service": "'jobs' has no attribute 'create_service'",
+        "jobs:RETRIES": "jobs:RETRIES is not callable",
+    }
+    for factory, message in cases.items():
+        result = await run_cli("worker", factory, *app_dir, "--url", redis_url)
+        assert result.returncode == 2, (factory, result.stderr)
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"aioqueue worker: {message}"), line
+
+
+async def test_a_factory_that_fails_is_a_failure(redis_url: str, tmp_path: Path) -> None:
+    """Exit 1: the module is there but its own import fails, or the factory returns
+    something else than a service; the application is broken, not the command line."""
+    (tmp_path / "broken.py").write_text("import a_dependency_nobody_installed\n")
+    broken = await run_cli("worker", "broken:create", "--app-dir", str(tmp_path))
+    assert broken.returncode == 1, broken.stderr
+    assert broken.stderr == (
+        "aioqueue worker: cannot import 'broken': No module named 'a_dependency_nobody_installed'\n"
+    )
     wrong = await run_cli("worker", "tests.workers.slow_worker:not_a_service", "--url", redis_url)
+    assert wrong.returncode == 1, wrong.stderr
     assert "the factory returned str, not an EventService" in wrong.stderr
 
 

@@ -9,7 +9,7 @@ warning, no logged error), print what its "Output" block says if it has one, and
 keys under a prefix it names, a prefix no other block names: run in any order on one
 server, the blocks never see each other's events. A block that only shows a file of
 examples/ (a `--8<--` snippet) is that program, which tests/test_examples*.py run; an
-excerpt of one (titled with its path) must be word for word in it.
+excerpt of one (titled with its path and "(excerpt)") must be word for word in it.
 
 Why a collector of our own rather than pytest-examples, Sybil or pytest-markdown-docs:
 those run blocks inside the test process (Sybil even chains the blocks of a page into one
@@ -99,8 +99,19 @@ def test_every_included_file_is_an_example_program_the_suite_runs() -> None:
     included = [e.block.included_file for e in EXAMPLES if e.block.included_file is not None]
     assert included, "the examples page shows the programs of examples/"
     for path in included:
-        assert path.parent == ROOT / "examples", path
+        assert path.is_relative_to(ROOT / "examples"), path
         assert path.is_file(), path
+
+
+def test_every_excerpt_is_shown_whole_on_the_examples_page() -> None:
+    """An excerpt says so above it, and a reader with only the docs (and an installed wheel,
+    which has no examples/) finds the whole file on the examples page."""
+    excerpts = [e.block for e in EXAMPLES if e.block.excerpt_of is not None]
+    assert {block.where.split(":")[0] for block in excerpts} >= {"docs/guides/sync-producer.md"}
+    assert [b.where for b in excerpts if not (b.title or "").endswith(" (excerpt)")] == []
+    examples_page = ROOT / "docs" / "guides" / "examples.md"
+    shown = {e.block.included_file for e in EXAMPLES if e.block.path == examples_page}
+    assert [b.where for b in excerpts if b.excerpt_of not in shown] == []
 
 
 @pytest.mark.parametrize(

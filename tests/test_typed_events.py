@@ -44,6 +44,7 @@ class Level(enum.IntEnum):
 
 
 if sys.version_info >= (3, 11):
+    # novermin: guarded by the version check above, which vermin does not follow.
     from enum import StrEnum
 else:  # the same thing before 3.11
 

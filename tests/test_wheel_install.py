@@ -9,14 +9,12 @@ editable install would still read it from the checkout.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
 import tarfile
 import textwrap
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -24,6 +22,7 @@ import pytest
 import redis.asyncio as redis
 
 import aioqueue
+from tests.distribution_build import Built, build_both, copy_of_the_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 DISTRIBUTION = "aioqueue-redis"
@@ -31,46 +30,14 @@ DISTRIBUTION = "aioqueue-redis"
 pytestmark = pytest.mark.timeout(180)
 
 
-@dataclass(frozen=True)
-class Built:
-    wheel: Path
-    sdist: Path
-    output: str
-
-
-def _copy_of_the_checkout(target: Path) -> Path:
-    """The source tree without virtualenvs, caches and build leftovers: building from a copy
-    leaves the checkout untouched (setuptools writes egg-info and build/ beside the source)."""
-    ignored = shutil.ignore_patterns(
-        ".git", ".venv", "*.egg-info", "build", "dist", "site", "__pycache__", ".*_cache",
-        ".hypothesis",
-    )  # fmt: skip
-    return Path(shutil.copytree(ROOT, target, ignore=ignored))
-
-
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _copy_of_the_checkout(tmp_path_factory.mktemp("build") / "source")
+    return copy_of_the_checkout(tmp_path_factory.mktemp("build") / "source")
 
 
 @pytest.fixture(scope="module")
 def built(source: Path) -> Built:
-    out = source.parent / "dist"
-    # Without a flag, `build` makes the sdist and then the wheel *from the sdist*, as pip
-    # does from an index: a file the sdist lacks is missing from the wheel too.
-    # --no-isolation uses this environment's setuptools (the `test` extra pins one that
-    # reads SPDX licenses) instead of downloading one per run.
-    result = subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    [wheel] = out.glob("*.whl")
-    [sdist] = out.glob("*.tar.gz")
-    return Built(wheel, sdist, output)
+    return build_both(source)
 
 
 def _warnings(output: str) -> list[str]:

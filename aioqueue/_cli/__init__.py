@@ -20,8 +20,10 @@ from aioqueue import __version__
 from aioqueue._cli._common import (
     CONNECTION_ERRORS,
     INTERRUPTED,
+    USAGE_ERROR,
     CommandError,
     Commands,
+    UsageError,
     add_connection_options,
     display_url,
     resolve_connection_options,
@@ -114,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reported is None:
             raise
         print(f"aioqueue {args.command}: {_describe(reported, args.url)}", file=sys.stderr)
-        return 1
+        return USAGE_ERROR if isinstance(reported, UsageError) else 1
     return code
 
 

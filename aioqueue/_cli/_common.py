@@ -26,8 +26,10 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_URL",
     "INTERRUPTED",
+    "USAGE_ERROR",
     "CommandError",
     "Commands",
+    "UsageError",
     "add_connection_options",
     "check_reachable",
     "confirm",
@@ -43,6 +45,8 @@ DEFAULT_URL = "redis://localhost:6379"
 DEFAULT_PREFIX = "aioqueue"
 # The exit code of a command stopped by Ctrl-C, as a shell reports one killed by SIGINT.
 INTERRUPTED = 128 + signal.SIGINT
+# The exit code of a command line that asks for what cannot be, as argparse's own errors.
+USAGE_ERROR = 2
 # How long a command waits for a server's first answer before it says it cannot reach it.
 REACH_TIMEOUT = 5.0
 # What a server that is down, unreachable or refusing connections raises. RedisCluster
@@ -63,6 +67,11 @@ Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 class CommandError(Exception):
     """A command cannot do what was asked; the message is printed and the exit code is 1."""
+
+
+class UsageError(CommandError):
+    """The command line names something that does not exist (a worker's FACTORY module or
+    callable), found only once the command runs: printed like a CommandError, exit code 2."""
 
 
 def add_connection_options(

@@ -22,7 +22,7 @@ import anyio
 
 from aioqueue._service.service import EventService
 
-from ._common import CommandError, Commands, add_connection_options, check_reachable
+from ._common import CommandError, Commands, UsageError, add_connection_options, check_reachable
 from ._worker_processes import (
     SUPERVISED_FLAG,
     ignore_stop_signals,
@@ -94,24 +94,36 @@ def event_loop_of(args: argparse.Namespace) -> str:
 
 
 def load_factory(spec: str, app_dir: str = ".") -> Callable[..., Any]:
+    """The callable FACTORY names. A FACTORY that names no importable module or no callable
+    raises UsageError (exit 2); a module that exists but fails to import raises as it does."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise CommandError(f"FACTORY must look like module:callable, got {spec!r}")
+        raise UsageError(f"FACTORY must look like module:callable, got {spec!r}")
     path = os.path.abspath(app_dir)
     if path not in sys.path:
         sys.path.insert(0, path)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
+        if _names_the_module(exc, module_name):
+            raise UsageError(f"cannot import {module_name!r}: {exc} (--app-dir {path})") from exc
+        # The module is there; an import inside it failed (a dependency not installed):
+        # the application is broken, not the command line.
         raise CommandError(f"cannot import {module_name!r}: {exc}") from exc
     for name in attribute.split("."):
         try:
             target = getattr(target, name)
         except AttributeError as exc:
-            raise CommandError(f"{module_name!r} has no attribute {attribute!r}") from exc
+            raise UsageError(f"{module_name!r} has no attribute {attribute!r}") from exc
     if not callable(target):
-        raise CommandError(f"{spec} is not callable")
+        raise UsageError(f"{spec} is not callable")
     return target  # type: ignore[no-any-return]
+
+
+def _names_the_module(error: ImportError, module_name: str) -> bool:
+    """Whether `error` says that `module_name` itself (or a package above it) is missing."""
+    missing = error.name if isinstance(error, ModuleNotFoundError) else None
+    return missing is not None and (module_name == missing or module_name.startswith(f"{missing}."))
 
 
 async def make_service(factory: Callable[..., Any], url: str, prefix: str) -> EventService:

@@ -30,6 +30,7 @@ from aioqueue._model.errors import ServiceFailedError, ServiceStateError
 from aioqueue._model.event import Event, event_type_name
 
 if sys.version_info < (3, 11):  # anyio depends on the backport there
+    # novermin: the backport of 3.11's builtin, which vermin takes the name for.
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
 
 if TYPE_CHECKING:
@@ -114,7 +115,8 @@ class ServiceBase:
         """Raises ServiceFailedError, caused by the task's error, if a background task died."""
         if self._background_failure is not None:
             what, exc = self._background_failure
-            first = exc
+            first: BaseException = exc
+            # novermin: vermin takes the name for 3.11's builtin; on 3.10 it is the backport's.
             while isinstance(first, BaseExceptionGroup):  # the task's own groups: name a leaf
                 first = first.exceptions[0]
             raise ServiceFailedError(f"the service's {what} died: {first!r}") from exc
