@@ -8,8 +8,6 @@ async with service:
 From blocking code (Django, Flask, scripts): SyncProducer(url).enqueue(event, delay).
 """
 
-from ._engine.browse import EventInfo, PendingEvent, PendingPage
-from ._engine.envelope import DeadLetter
 from ._model.config import Durability, ProducerConfig, ServiceConfig
 from ._model.delivery import Delivery, current_delivery
 from ._model.errors import (
@@ -38,6 +36,8 @@ from ._recurring.records import ScheduleInfo
 from ._service.builder import EventServiceBuilder
 from ._service.service import EventService, ServiceState
 from ._sync.producer import SyncProducer
+from ._wire.browse import EventInfo, PendingEvent, PendingPage
+from ._wire.envelope import DeadLetter
 
 __all__ = [
     "AioqueueError",

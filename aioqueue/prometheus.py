@@ -32,8 +32,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from aioqueue._admin.stats import QueueStats, read_stats
-from aioqueue._engine.client import RedisClient
 from aioqueue._model.metrics import Outcome
+from aioqueue._transport.client import RedisClient
 
 __all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "QUEUE_STATES", "PrometheusMetrics"]
 

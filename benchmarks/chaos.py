@@ -101,7 +101,7 @@ from chaos_worker import (
     run_worker,
 )
 
-from aioqueue._engine.keys import QueueKeys, QueueLayout
+from aioqueue._wire.keys import QueueKeys, QueueLayout
 
 SCRIPT = Path(__file__).resolve()
 REPO_ROOT = SCRIPT.parent.parent

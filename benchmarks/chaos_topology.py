@@ -34,7 +34,7 @@ import anyio
 import redis.asyncio as redis
 from chaos_report import CLUSTER, SENTINEL, SINGLE_SERVER, Chaos
 
-from aioqueue._engine.sentinel import parse_sentinel_url, sentinel_client
+from aioqueue._transport.sentinel import parse_sentinel_url, sentinel_client
 from aioqueue.testing import (
     CuttingProxy,
     EmbeddedCluster,

@@ -28,7 +28,7 @@ import orjson
 import pydantic
 
 from aioqueue import Event, JsonSerializer
-from aioqueue._engine.writes import DueTime, event_item
+from aioqueue._producing.writes import DueTime, event_item
 
 
 @dataclass

@@ -28,10 +28,10 @@ import redis.asyncio
 from system_aioqueue import replicated_server
 
 from aioqueue import Durability, Event, EventService
-from aioqueue._engine.durability import DurableCalls
-from aioqueue._engine.functions import LIBRARY
-from aioqueue._engine.scripts import ACKNOWLEDGE, CLAIM, DISPATCH, EXTEND_LEASE, FAIL, LuaScript
-from aioqueue._engine.steps import run_steps
+from aioqueue._producing.durability import DurableCalls
+from aioqueue._transport.steps import run_steps
+from aioqueue._wire.functions import LIBRARY
+from aioqueue._wire.scripts import ACKNOWLEDGE, CLAIM, DISPATCH, EXTEND_LEASE, FAIL, LuaScript
 
 SETTLING = {script.name for script in (DISPATCH, CLAIM, ACKNOWLEDGE, FAIL, EXTEND_LEASE)}
 PARALLELISM = 32

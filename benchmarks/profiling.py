@@ -29,7 +29,7 @@ import redis
 from common import JsonDict, enqueue_due, parse_options, parse_result, reset_server
 from system_aioqueue import AioqueueSystem
 
-from aioqueue._engine.scripts import LuaScript
+from aioqueue._wire.scripts import LuaScript
 from aioqueue.testing import EmbeddedServer
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -107,7 +107,7 @@ COMPONENTS = {
     "_delivery/watchdog.py": "loop watchdog (heartbeat task and thread)",
     "_service/service.py": "service (enqueue, start, stop)",
     "_service/producing.py": "service (enqueue, start, stop)",
-    "_engine/producer.py": "service (enqueue, start, stop)",
+    "_producing/producer.py": "service (enqueue, start, stop)",
 }
 LIBRARIES = ("aioqueue/", "redis/", "anyio/")
 # Native leaf frames that are the kernel moving bytes over the loopback socket.
@@ -201,7 +201,7 @@ def component_of(python: Sequence[tuple[str, str]]) -> str:
 
 
 def script_names() -> dict[str, str]:
-    import aioqueue._engine.scripts as scripts
+    import aioqueue._wire.scripts as scripts
 
     return {
         value.sha: value.name for value in vars(scripts).values() if isinstance(value, LuaScript)

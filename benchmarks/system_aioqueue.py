@@ -42,9 +42,9 @@ from aioqueue import (
 
 # Not public API: the backlog scenario writes through the enqueue script the way
 # docs/wire-format.md tells other producers to, and times the dispatch script on its own.
-from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.scripts import script_source
-from aioqueue._engine.store import QueueStore
+from aioqueue._wire.keys import QueueKeys
+from aioqueue._wire.scripts import script_source
+from aioqueue._wire.store import QueueStore
 from aioqueue.testing import EmbeddedServer
 
 ENQUEUE_MANY = "enqueue_many"

@@ -52,8 +52,8 @@ from system_aioqueue import ENQUEUE_MANY, AioqueueSystem, BenchEvent
 
 from aioqueue import event_type_name
 from aioqueue._admin.stats import read_stats
-from aioqueue._engine.browse import pending_page
-from aioqueue._engine.keys import QueueLayout
+from aioqueue._wire.browse import pending_page
+from aioqueue._wire.keys import QueueLayout
 from aioqueue.testing import EmbeddedServer
 
 TIMINGS = 30

@@ -40,7 +40,7 @@ from common import (
 )
 
 from aioqueue import Event, EventService, EventServiceBuilder
-from aioqueue._engine import scripts, store
+from aioqueue._wire import scripts, store
 from aioqueue.testing import EmbeddedCluster, EmbeddedServer
 
 LEAD = 1.5

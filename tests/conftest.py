@@ -39,10 +39,11 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
-from aioqueue._engine.client import RedisClient, client_from_url
-from aioqueue._engine.durability import DurableCalls
-from aioqueue._engine.scripts import LuaScript
-from aioqueue._engine.steps import Steps
+from aioqueue._producing import durability, writes
+from aioqueue._producing.durability import DurableCalls
+from aioqueue._transport.client import RedisClient, client_from_url
+from aioqueue._transport.steps import Steps
+from aioqueue._wire.scripts import LuaScript
 from aioqueue.testing import (
     EmbeddedCluster,
     EmbeddedSentinel,
@@ -372,12 +373,18 @@ class ScriptCall:
 @pytest.fixture
 def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
     """Every Lua script call the test's services make, in order (pipelined ones included:
-    every call is built by LuaScript.steps, pipelined_steps or pipelined_outcomes; a refused
-    pipelined call that runs again on its own is recorded twice)."""
+    every call is built by LuaScript.steps, pipelined_steps or pipelined_outcomes, or by
+    durable_pipelined_steps; a refused pipelined call that runs again on its own is recorded
+    twice)."""
     calls: list[ScriptCall] = []
     original_steps = LuaScript.steps
     original_pipelined = LuaScript.pipelined_steps
     original_outcomes = LuaScript.pipelined_outcomes
+    original_durable = durability.durable_pipelined_steps
+    Pipelined = Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]]
+
+    def note(script: LuaScript, pipelined: Pipelined) -> None:
+        calls.extend(ScriptCall(script.name, list(keys), list(args)) for keys, args in pipelined)
 
     def recording_steps(
         script: LuaScript, client: object, keys: Sequence[str], args: Sequence[str | int | bytes]
@@ -386,25 +393,28 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
         return original_steps(script, client, keys, args)
 
     def recording_pipelined(
-        script: LuaScript,
-        client: object,
-        pipelined: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
-        durable: DurableCalls | None = None,
+        script: LuaScript, client: object, pipelined: Pipelined
     ) -> Steps[list[Any]]:
-        calls.extend(ScriptCall(script.name, list(keys), list(args)) for keys, args in pipelined)
-        return original_pipelined(script, client, pipelined, durable)
+        note(script, pipelined)
+        return original_pipelined(script, client, pipelined)
 
     def recording_outcomes(
-        script: LuaScript,
-        client: object,
-        pipelined: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
+        script: LuaScript, client: object, pipelined: Pipelined
     ) -> Steps[list[Any]]:
-        calls.extend(ScriptCall(script.name, list(keys), list(args)) for keys, args in pipelined)
+        note(script, pipelined)
         return original_outcomes(script, client, pipelined)
+
+    def recording_durable(
+        script: LuaScript, client: object, pipelined: Pipelined, durable: DurableCalls
+    ) -> Steps[list[Any]]:
+        note(script, pipelined)
+        steps: Steps[list[Any]] = original_durable(script, client, pipelined, durable)
+        return steps
 
     monkeypatch.setattr(LuaScript, "steps", recording_steps)
     monkeypatch.setattr(LuaScript, "pipelined_steps", recording_pipelined)
     monkeypatch.setattr(LuaScript, "pipelined_outcomes", recording_outcomes)
+    monkeypatch.setattr(writes, "durable_pipelined_steps", recording_durable)
     return calls
 
 

@@ -1,4 +1,4 @@
-"""A model of one queue, driven against the real scripts (aioqueue._engine.store.QueueStore,
+"""A model of one queue, driven against the real scripts (aioqueue._wire.store.QueueStore,
 exactly as the library runs them): each operation of tests/test_properties.py runs on Redis
 and on the model, checking what Redis answers; tests/queue_model_check.py then compares all
 of Redis with the model.
@@ -24,15 +24,15 @@ from typing import Any, cast
 
 import orjson
 
-from aioqueue._engine.browse import inspect_event, reschedule
-from aioqueue._engine.envelope import Envelope
-from aioqueue._engine.keys import QueueKeys, QueueLayout
-from aioqueue._engine.pausing import pause, resume
-from aioqueue._engine.rate_limits import set_rate_limit
-from aioqueue._engine.settings_marks import mark_recorded
-from aioqueue._engine.store import DispatchResult, GivenBack, QueueStore, renew_leases
-from aioqueue._engine.writes import DueTime, EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
+from aioqueue._producing.writes import DueTime, EnqueueItem, cancel, enqueue_items, reschedule
+from aioqueue._wire.browse import inspect_event
+from aioqueue._wire.envelope import Envelope
+from aioqueue._wire.keys import QueueKeys, QueueLayout
+from aioqueue._wire.pausing import pause, resume
+from aioqueue._wire.rate_limits import set_rate_limit
+from aioqueue._wire.settings_marks import mark_recorded
+from aioqueue._wire.store import DispatchResult, GivenBack, QueueStore, renew_leases
 from tests.queue_model_walk import Walk, take_page
 from tests.support import SteppedRedis
 
@@ -211,7 +211,9 @@ class QueueModel(SteppedRedis):
 
     def enqueue(self, event_id: str, payload: str, delay_ms: int, *, replace: bool) -> None:
         item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
-        [scheduled] = self.run(self.store.enqueue([item], replace=replace))
+        [scheduled] = self.run(
+            enqueue_items(self.client, KEYS, EVENT_TYPE, [item], replace=replace)
+        )
         expected = replace or event_id not in self.pending
         assert scheduled is expected
         if expected:
@@ -227,7 +229,11 @@ class QueueModel(SteppedRedis):
             or any(c.event_id == event_id and c.generation == before.generation for c in self.ready)
         )
         item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
-        [scheduled] = self.run(self.store.enqueue([item], replace=True, max_wait_ms=max_wait_ms))
+        [scheduled] = self.run(
+            enqueue_items(
+                self.client, KEYS, EVENT_TYPE, [item], replace=True, max_wait_ms=max_wait_ms
+            )
+        )
         assert scheduled
         since = envelope_fields(cast("bytes", self.run(self.client.hget(KEYS.events, event_id))))[
             "since"
@@ -321,7 +327,7 @@ class QueueModel(SteppedRedis):
         return None if self.rate_limit is None else self.rate_limit - self.starts
 
     def cancel(self, event_id: str) -> None:
-        removed = self.run(self.store.cancel(event_id))
+        removed = self.run(cancel(self.client, KEYS, event_id))
         assert removed is (event_id in self.pending)
         self.pending.pop(event_id, None)
         self._moved(event_id)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as redis
 
-from aioqueue._engine.envelope import stored_payload, stored_version, text
+from aioqueue._wire.envelope import stored_payload, stored_version, text
 from tests.queue_model import HOUR_MS, KEYS, QueueModel, envelope_fields
 
 

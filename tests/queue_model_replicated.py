@@ -28,9 +28,9 @@ from typing import Any, cast
 import redis.asyncio
 
 from aioqueue import Durability, DurabilityError
-from aioqueue._engine.steps import run_steps
-from aioqueue._engine.store import QueueStore
-from aioqueue._engine.writes import EnqueueItem, enqueue_steps
+from aioqueue._producing.writes import EnqueueItem, enqueue_steps
+from aioqueue._transport.steps import run_steps
+from aioqueue._wire.store import QueueStore
 from aioqueue.testing import EmbeddedServer
 from tests.queue_model import EVENT_TYPE, KEYS, QueueModel, Step, envelope_fields
 from tests.replication_support import admin, freeze, replicated_pair, resume, wait_for_replicas

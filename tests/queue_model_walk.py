@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from aioqueue._engine.browse import pending_page
+from aioqueue._wire.browse import pending_page
 
 if TYPE_CHECKING:
     from tests.queue_model import QueueModel

@@ -14,8 +14,8 @@ import redis.asyncio as redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from aioqueue import Event, NoMetrics, event_context
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 
 T = TypeVar("T")

@@ -17,8 +17,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
-from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.scripts import ENQUEUE
+from aioqueue._wire.keys import QueueKeys
+from aioqueue._wire.scripts import ENQUEUE
 from aioqueue.testing import CuttingProxy, EmbeddedServer
 from tests.ops_support import run_cli
 from tests.support import OrderTimeout, PaymentCheck, Recorder, drained, wait_until

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from aioqueue import EventServiceBuilder
-from aioqueue._engine.client import RedisClient
+from aioqueue._transport.client import RedisClient
 from tests.conftest import ScriptCall
 from tests.support import PaymentCheck, Recorder, queue_key, wait_until
 

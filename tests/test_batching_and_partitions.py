@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder, InvalidEnqueueError
-from aioqueue._engine.keys import QueueLayout
+from aioqueue._wire.keys import QueueLayout
 from tests.conftest import ScriptCall
 from tests.support import (
     DispatchSizes,

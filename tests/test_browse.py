@@ -17,10 +17,10 @@ from aioqueue import (
     InvalidCursorError,
     PendingPage,
 )
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.envelope import Envelope
-from aioqueue._engine.keys import QueueKeys, QueueLayout
-from aioqueue._engine.store import QueueStore
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.envelope import Envelope
+from aioqueue._wire.keys import QueueKeys, QueueLayout
+from aioqueue._wire.store import QueueStore
 from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder, server_time_ms, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

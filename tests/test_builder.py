@@ -16,7 +16,7 @@ from aioqueue import (
     JsonSerializer,
     NoMetrics,
 )
-from aioqueue._engine.client import client_from_url
+from aioqueue._transport.client import client_from_url
 
 
 def test_defaults_are_documented_values() -> None:

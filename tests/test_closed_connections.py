@@ -1,5 +1,5 @@
 """A connection the server closed while it sat idle is connected again before it is used
-(aioqueue/_engine/closed_connections.py), so the first command after a server restart works:
+(aioqueue/_transport/closed_connections.py), so the first command after a server restart works:
 redis-py 8's pool hands such a connection out while maintenance notifications are enabled
 (the default), and the first command on it fails."""
 
@@ -12,8 +12,8 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from aioqueue import EventService
-from aioqueue._engine.client import client_from_url
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._transport.client import client_from_url
+from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedCluster
 from tests.conftest import ServerFactory
 from tests.support import PaymentCheck, restart_empty

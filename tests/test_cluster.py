@@ -20,8 +20,8 @@ import redis.asyncio as redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from aioqueue import Event, EventService, EventServiceBuilder
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueKeys, QueueLayout
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueKeys, QueueLayout
 from aioqueue.testing import EmbeddedCluster
 from tests.conftest import ScriptCall
 from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until

@@ -25,8 +25,8 @@ from redis.crc import key_slot
 from redis.exceptions import RedisClusterException, RedisError
 
 from aioqueue import EventService, FixedDelays, ServiceState
-from aioqueue._engine.client import client_from_url
-from aioqueue._engine.keys import QueueLayout
+from aioqueue._transport.client import client_from_url
+from aioqueue._wire.keys import QueueLayout
 from aioqueue.testing import EmbeddedCluster
 from tests.support import PaymentCheck, Recorder, wait_until
 

@@ -23,7 +23,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisClusterException, RedisError
 
 from aioqueue import EventService, FixedDelays, ServiceState
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedCluster, EmbeddedServer
 from tests.support import PaymentCheck, Recorder, wait_until
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-from aioqueue._engine.client import client_from_url
-from aioqueue._engine.steps import Pipeline, Steps, run_steps
+from aioqueue._transport.client import client_from_url
+from aioqueue._transport.steps import Pipeline, Steps, run_steps
 from aioqueue.testing import EmbeddedCluster
 from tests.support import drop_cluster_node
 

@@ -11,8 +11,8 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder
-from aioqueue._engine.coalescer import MIN_SHARE, Coalescer
-from aioqueue._engine.producer import LANES, Producer
+from aioqueue._producing.producer import LANES, Producer
+from aioqueue._transport.coalescer import MIN_SHARE, Coalescer
 from tests.support import PaymentCheck
 
 Builder = Callable[[], EventServiceBuilder]

@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays, ServiceState
-from aioqueue._engine.envelope import Envelope
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._wire.envelope import Envelope
+from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 from tests.support import PaymentCheck, Recorder, wait_until
 from tests.worker_processes import blocking_worker, read_line, server_time_ms, worker_log

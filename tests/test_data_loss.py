@@ -12,15 +12,15 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueLayout
-from aioqueue._engine.rate_limits import read_rate_limit, set_rate_limit
-from aioqueue._engine.registry import read_registry
-from aioqueue._engine.schemas import read_schema
-from aioqueue._engine.settings_marks import mark_recorded
-from aioqueue._engine.store import DispatchResult, QueueStore
-from aioqueue._engine.writes import EnqueueItem
 from aioqueue._model.rate_limit import RateLimit
+from aioqueue._producing.writes import EnqueueItem, enqueue_items
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueLayout
+from aioqueue._wire.rate_limits import read_rate_limit, set_rate_limit
+from aioqueue._wire.registry import read_registry
+from aioqueue._wire.schemas import read_schema
+from aioqueue._wire.settings_marks import mark_recorded
+from aioqueue._wire.store import DispatchResult, QueueStore
 from tests.conftest import ServerFactory
 from tests.support import (
     EVERY_TOPOLOGY,
@@ -130,8 +130,12 @@ async def test_a_dispatch_takes_nothing_while_the_type_is_unrecorded(
 ) -> None:
     keys = PAYMENT_CHECK.all_keys[0]
     store = QueueStore(redis_client, keys, "PaymentCheck")
-    await store.enqueue(
-        [EnqueueItem("due", '{"order_id":1}', "{}", 0, absolute=False)], replace=False
+    await enqueue_items(
+        redis_client,
+        keys,
+        "PaymentCheck",
+        [EnqueueItem("due", '{"order_id":1}', "{}", 0, absolute=False)],
+        replace=False,
     )
 
     async def dispatch() -> DispatchResult:

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from aioqueue import EventServiceBuilder, FixedDelays
-from aioqueue._engine.client import RedisClient
+from aioqueue._transport.client import RedisClient
 from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder, queue_key, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

@@ -20,8 +20,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from aioqueue import Event, EventServiceBuilder, ServiceState
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.envelope import text
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.envelope import text
 from tests.conftest import ServerFactory
 from tests.support import (
     EVERY_TOPOLOGY,

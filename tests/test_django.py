@@ -25,7 +25,7 @@ from django.test import Client
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from aioqueue import InvalidEventError, SyncProducer
-from aioqueue._engine.client import RedisClient
+from aioqueue._transport.client import RedisClient
 from aioqueue.django import enqueue_on_commit
 from aioqueue.testing import EmbeddedServer, free_port
 from tests.support import PaymentCheck, all_keys, queue_key, wait_until

@@ -29,11 +29,11 @@ from aioqueue import (
     EventServiceBuilder,
     SyncProducer,
 )
-from aioqueue._engine import durability as durability_module
-from aioqueue._engine.functions import LIBRARY
-from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.steps import run_steps_sync
-from aioqueue._engine.writes import EnqueueItem, enqueue_steps
+from aioqueue._producing import durability as durability_module
+from aioqueue._producing.writes import EnqueueItem, enqueue_steps
+from aioqueue._transport.steps import run_steps_sync
+from aioqueue._wire.functions import LIBRARY
+from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 from tests.ops_support import api_client, run_cli, serve
 from tests.replication_support import command_calls, freeze, replicated_pair, resume

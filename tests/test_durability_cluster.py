@@ -13,9 +13,9 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.crc import key_slot
 
 from aioqueue import Durability, DurabilityError, EventService
-from aioqueue._engine.keys import QueueLayout
-from aioqueue._engine.steps import run_steps_sync
-from aioqueue._engine.writes import EnqueueItem, enqueue_many_steps
+from aioqueue._producing.writes import EnqueueItem, enqueue_many_steps
+from aioqueue._transport.steps import run_steps_sync
+from aioqueue._wire.keys import QueueLayout
 from aioqueue.testing import EmbeddedCluster, EmbeddedServer
 from tests.replication_support import command_calls, freeze, resume, wait_for_replicas
 from tests.support import PaymentCheck

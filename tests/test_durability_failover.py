@@ -31,8 +31,8 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays, ServiceState
-from aioqueue._engine.client import client_from_url
-from aioqueue._engine.keys import QueueKeys, QueueLayout
+from aioqueue._transport.client import client_from_url
+from aioqueue._wire.keys import QueueKeys, QueueLayout
 from aioqueue.testing import EmbeddedCluster, EmbeddedSentinel
 from tests.failover_flow import Flow, Outcome
 from tests.replication_support import cut_off, restart_as_replica, resume, wait_for_replicas

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from aioqueue._engine import recovery
-from aioqueue._engine.recovery import WARN_EVERY, ErrorBackoff
+from aioqueue._transport import recovery
+from aioqueue._transport.recovery import WARN_EVERY, ErrorBackoff
 
 
 class QuickBackoff(ErrorBackoff):
@@ -29,7 +29,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     async def note(seconds: float) -> None:
         asked.append(seconds)
 
-    monkeypatch.setattr("aioqueue._engine.recovery.anyio.sleep", note)
+    monkeypatch.setattr("aioqueue._transport.recovery.anyio.sleep", note)
     return asked
 
 

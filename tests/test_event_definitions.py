@@ -17,7 +17,7 @@ from aioqueue import (
     SerializationError,
     event_type_name,
 )
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._wire.keys import QueueKeys
 from tests.support import PaymentCheck
 
 

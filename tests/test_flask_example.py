@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from aioqueue import EventServiceBuilder
-from aioqueue._engine.client import RedisClient
+from aioqueue._transport.client import RedisClient
 from tests.support import Recorder
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flask_app.py"

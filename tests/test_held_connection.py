@@ -1,4 +1,4 @@
-"""A connection kept for calls one after another (aioqueue/_engine/held_connection.py): it
+"""A connection kept for calls one after another (aioqueue/_transport/held_connection.py): it
 behaves as redis-py's client does when the connection breaks, when Redis refuses a call and
 when a reply is late, and it goes back to the pool."""
 
@@ -12,10 +12,10 @@ import pytest
 import redis.exceptions
 from redis.asyncio import Redis
 
-import aioqueue._engine.client
-from aioqueue._engine.client import service_client_from_url
-from aioqueue._engine.held_connection import HeldConnection
-from aioqueue._engine.steps import Steps, run_steps
+import aioqueue._transport.client
+from aioqueue._transport.client import service_client_from_url
+from aioqueue._transport.held_connection import HeldConnection
+from aioqueue._transport.steps import Steps, run_steps
 from aioqueue.testing import EmbeddedCluster
 from tests.conftest import ServerFactory
 from tests.support import wait_until
@@ -132,7 +132,7 @@ async def test_a_late_reply_fails_the_call_and_is_never_read_as_the_next_ones(
     try:
         await held.execute("SET", "k", "first")
         first = await _client_id(held)
-        monkeypatch.setattr(aioqueue._engine.client, "REPLY_TIMEOUT", 0.3)
+        monkeypatch.setattr(aioqueue._transport.client, "REPLY_TIMEOUT", 0.3)
         os.kill(server.pid, signal.SIGSTOP)
         try:
             with pytest.raises(redis.exceptions.TimeoutError):

@@ -20,11 +20,11 @@ import redis.asyncio as redis
 from redis.crc import key_slot
 
 from aioqueue import Event, EventServiceBuilder
-from aioqueue._engine.envelope import text
-from aioqueue._engine.keys import QueueKeys, QueueLayout, partition_of
-from aioqueue._engine.registry import registry_key
-from aioqueue._engine.schemas import schemas_key
-from aioqueue._engine.scripts import script_source
+from aioqueue._wire.envelope import text
+from aioqueue._wire.keys import QueueKeys, QueueLayout, partition_of
+from aioqueue._wire.registry import registry_key
+from aioqueue._wire.schemas import schemas_key
+from aioqueue._wire.scripts import script_source
 from tests.support import PaymentCheck, Recorder, drained, wait_until
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent

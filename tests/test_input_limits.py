@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder, InvalidEnqueueError, PayloadTooLargeError
-from aioqueue._engine.writes import MAX_DELAY, DueTime
+from aioqueue._producing.writes import MAX_DELAY, DueTime
 from tests.support import OrderTimeout, PaymentCheck, Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

@@ -17,26 +17,28 @@ PACKAGE = Path(__file__).resolve().parent.parent / "aioqueue"
 LAYERS = {
     "testing": 0,
     "_model": 0,
-    "_engine": 1,
-    "_delivery": 2,
-    "_admin": 2,
-    "_recurring": 2,
-    "_sync": 2,
-    "_service": 3,
-    "__init__": 4,
-    "tracing": 4,
-    "prometheus": 4,
-    "pytest_plugin": 5,
-    "spark": 4,
-    "django": 4,
-    "http": 5,
-    "_cli": 6,
-    "__main__": 7,
+    "_transport": 1,
+    "_wire": 2,
+    "_producing": 3,
+    "_delivery": 3,
+    "_admin": 4,
+    "_recurring": 4,
+    "_sync": 4,
+    "_service": 5,
+    "__init__": 6,
+    "tracing": 6,
+    "prometheus": 6,
+    "pytest_plugin": 7,
+    "spark": 6,
+    "django": 6,
+    "http": 7,
+    "_cli": 8,
+    "__main__": 9,
 }
 
 
 def _group(module: str) -> str:
-    """`aioqueue._engine.store` -> `_engine`; `aioqueue` itself -> `__init__`."""
+    """`aioqueue._wire.store` -> `_wire`; `aioqueue` itself -> `__init__`."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -102,4 +104,4 @@ def test_the_layout_check_sees_a_wrong_import() -> None:
     assert _group("aioqueue._service") == "_service"
     assert LAYERS[_group("aioqueue._service")] > LAYERS["_delivery"]
     consumer = PACKAGE / "_delivery" / "consumer.py"
-    assert "aioqueue._engine.store" in _imports(consumer)
+    assert "aioqueue._wire.store" in _imports(consumer)

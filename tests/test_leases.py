@@ -32,7 +32,7 @@ from aioqueue import (
     current_delivery,
 )
 from aioqueue._admin.stats import read_stats
-from aioqueue._engine.client import RedisClient
+from aioqueue._transport.client import RedisClient
 from tests.ops_support import ROOT
 from tests.support import EVERY_TOPOLOGY, PaymentCheck, subscribed, wait_until
 

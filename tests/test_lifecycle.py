@@ -18,9 +18,9 @@ from aioqueue import (
     ServiceState,
     ServiceStateError,
 )
-from aioqueue._engine.client import RedisClient, client_from_url
-from aioqueue._engine.envelope import Envelope
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._transport.client import RedisClient, client_from_url
+from aioqueue._wire.envelope import Envelope
+from aioqueue._wire.keys import QueueKeys
 from tests.support import OrderTimeout, PaymentCheck, Recorder, server_time_ms, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

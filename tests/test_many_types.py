@@ -18,8 +18,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
 
 from aioqueue import ConfigurationError, Event, EventService, EventServiceBuilder
-from aioqueue._engine.call_gate import CONNECTIONS_NEEDED
-from aioqueue._engine.client import RedisClient
+from aioqueue._transport.call_gate import CONNECTIONS_NEEDED
+from aioqueue._transport.client import RedisClient
 from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder
 
 Builder = Callable[[], EventServiceBuilder]

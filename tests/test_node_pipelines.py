@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.exceptions import MovedError
 
-from aioqueue._engine.node_pipelines import NodeCommands, run_on_nodes
+from aioqueue._transport.node_pipelines import NodeCommands, run_on_nodes
 from aioqueue.testing import EmbeddedCluster
 from tests.support import blocked_in, drop_cluster_node, wait_until
 

@@ -1,4 +1,4 @@
-"""Clients aioqueue makes from a URL pack commands in C (aioqueue/_engine/packing.py): the
+"""Clients aioqueue makes from a URL pack commands in C (aioqueue/_transport/packing.py): the
 same bytes as redis-py's own packer, on a single server and on a cluster."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 from redis.typing import EncodableT
 
-from aioqueue._engine.client import RedisClient, client_from_url
-from aioqueue._engine.own_connections import own_connections
+from aioqueue._transport.client import RedisClient, client_from_url
+from aioqueue._transport.own_connections import own_connections
 
 COMMANDS: list[tuple[EncodableT, ...]] = [
     ("SET", "k", "v"),

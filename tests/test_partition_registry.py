@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder, PartitionCountMismatchError, ServiceFailedError
-from aioqueue._engine.registry import read_registry, registry_key, resolve_layout
+from aioqueue._wire.registry import read_registry, registry_key, resolve_layout
 from tests.support import PaymentCheck, Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

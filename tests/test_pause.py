@@ -12,9 +12,9 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import EventServiceBuilder
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueLayout
-from aioqueue._engine.store import QueueStore
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueLayout
+from aioqueue._wire.store import QueueStore
 from tests.ops_support import api_client, run_cli, serve
 from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder, wait_until
 

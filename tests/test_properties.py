@@ -8,7 +8,7 @@ browsing (a walk through pending() whose pages interleave with the other operati
 tests/queue_model_walk.py), requeue, envelopes rewritten with the long keys an older
 release wrote, and the server losing its data (after which no dispatch may take anything
 until the type's settings are recorded again, and then serial keys and limits hold again),
-run through aioqueue._engine.store.QueueStore (the Lua scripts, exactly as the library runs
+run through aioqueue._wire.store.QueueStore (the Lua scripts, exactly as the library runs
 them) and, after every step, compares
 everything in Redis with a small model of the queue: no event may be lost (every pending
 event is in the schedule), none invented (nothing in Redis that the model does not have),

@@ -11,10 +11,10 @@ from datetime import timedelta
 import pytest
 
 from aioqueue import ConfigurationError, EventService, EventServiceBuilder, NoMetrics, Outcome
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueLayout
-from aioqueue._engine.rate_limits import read_rate_limit
 from aioqueue._model.rate_limit import RateLimit
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueLayout
+from aioqueue._wire.rate_limits import read_rate_limit
 from tests.ops_support import run_cli
 from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder, wait_until
 

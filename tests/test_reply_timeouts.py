@@ -16,9 +16,9 @@ import pytest
 import redis.exceptions
 from redis.asyncio import Redis
 
-import aioqueue._engine.client
+import aioqueue._transport.client
 from aioqueue import EventService
-from aioqueue._engine.client import service_client_from_url
+from aioqueue._transport.client import service_client_from_url
 from tests.conftest import ServerFactory
 from tests.support import PaymentCheck, Recorder
 
@@ -27,7 +27,7 @@ DEADLINE = 0.5
 
 @pytest.fixture
 def short_reply_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aioqueue._engine.client, "REPLY_TIMEOUT", DEADLINE)
+    monkeypatch.setattr(aioqueue._transport.client, "REPLY_TIMEOUT", DEADLINE)
 
 
 @pytest.fixture

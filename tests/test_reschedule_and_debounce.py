@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 from aioqueue import EventServiceBuilder, InvalidEnqueueError
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.envelope import Envelope
-from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.store import QueueStore
-from aioqueue._engine.writes import EnqueueItem
+from aioqueue._producing.writes import EnqueueItem, enqueue_items
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.envelope import Envelope
+from aioqueue._wire.keys import QueueKeys
+from aioqueue._wire.store import QueueStore
 from tests.support import PaymentCheck, Recorder, server_time_ms, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
@@ -123,7 +123,10 @@ async def test_a_replacement_keeps_its_series_until_a_handler_takes_the_version(
     async def replace(order_id: int, delay_ms: int) -> int:
         """Replaces event `d` with max_wait; returns the series start it was given."""
         item = EnqueueItem("d", f'{{"order_id":{order_id}}}', "{}", delay_ms, absolute=False)
-        assert await store.enqueue([item], replace=True, max_wait_ms=max_wait) == [True]
+        scheduled = await enqueue_items(
+            redis_client, KEYS, "PaymentCheck", [item], replace=True, max_wait_ms=max_wait
+        )
+        assert scheduled == [True]
         since = int(orjson.loads(await redis_client.hget(KEYS.events, "d") or b"{}")["since"])
 
         async def clock_moved_on() -> bool:

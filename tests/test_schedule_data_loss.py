@@ -12,8 +12,6 @@ from collections.abc import Callable
 import pytest
 
 from aioqueue import EventService, EventServiceBuilder
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueKeys
 from aioqueue._recurring.names import directory_key, read_entry
 from aioqueue._recurring.records import (
     ScheduleRecord,
@@ -24,6 +22,8 @@ from aioqueue._recurring.records import (
     remove_by_name,
 )
 from aioqueue._recurring.spec import ScheduleSpec
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueKeys
 from tests.support import EVERY_TOPOLOGY, Recorder, flush_everything
 from tests.workers.schedule_worker import Beat, beat
 

@@ -11,10 +11,10 @@ from datetime import datetime
 import pytest
 
 from aioqueue import Event, EventService, EventServiceBuilder
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueKeys
 from aioqueue._recurring.names import claim_name, read_entry
 from aioqueue._recurring.records import read_record
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueKeys
 from tests.support import Recorder, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

@@ -20,8 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.writes import EnqueueItem
+from aioqueue._producing.writes import EnqueueItem
 from aioqueue._recurring.misfire import Misfire, ticks_to_produce
 from aioqueue._recurring.names import claim_name, read_entry, settle
 from aioqueue._recurring.records import (
@@ -38,6 +37,7 @@ from aioqueue._recurring.records import (
     still_owned,
 )
 from aioqueue._recurring.spec import ScheduleSpec
+from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 from tests.support import SteppedRedis, server_time_ms
 

@@ -18,10 +18,10 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import ConfigurationError, EventServiceBuilder
-from aioqueue._engine.envelope import text
-from aioqueue._engine.keys import QueueKeys
 from aioqueue._recurring.records import ScheduleInfo, read_record
 from aioqueue._recurring.spec import ScheduleSpec
+from aioqueue._wire.envelope import text
+from aioqueue._wire.keys import QueueKeys
 from tests.ops_support import ROOT
 from tests.support import EVERY_TOPOLOGY, Recorder, server_time_ms, wait_until
 from tests.workers.schedule_worker import Beat, beat

@@ -17,7 +17,7 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue import Event, EventServiceBuilder, JsonSerializer
-from aioqueue._engine.schemas import schemas_key
+from aioqueue._wire.schemas import schemas_key
 from aioqueue.testing import EmbeddedServer
 from tests.ops_support import ServedApp, api_client, run_cli, serve
 from tests.support import Recorder, queue_key, wait_until

@@ -17,8 +17,8 @@ import redis.asyncio as redis
 from redis.exceptions import AuthenticationError, ConnectionError, ResponseError
 
 from aioqueue import ConfigurationError, EventService, FixedDelays
-from aioqueue._engine.client import client_from_url, sync_client_from_url
-from aioqueue._engine.sentinel import (
+from aioqueue._transport.client import client_from_url, sync_client_from_url
+from aioqueue._transport.sentinel import (
     SENTINEL_TIMEOUT,
     SentinelPrimary,
     SyncSentinelPrimary,

@@ -23,7 +23,7 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from aioqueue import EventService, FixedDelays, ServiceState
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedSentinel
 from tests.support import PaymentCheck, Recorder, drained, wait_until
 

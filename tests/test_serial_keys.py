@@ -22,8 +22,8 @@ from aioqueue import (
     EventServiceBuilder,
     FixedDelays,
 )
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueKeys
 from tests.support import EVERY_TOPOLOGY, KeyWatch, OrderStep, Recorder, wait_until
 from tests.worker_processes import blocking_worker, read_line, worker_log
 

@@ -18,7 +18,7 @@ import redis as sync_redis
 import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder
-from aioqueue._engine.envelope import text
+from aioqueue._wire.envelope import text
 from aioqueue.spark import (
     InvalidDataFrameError,
     ScheduleResult,

@@ -15,8 +15,8 @@ import pytest
 import redis.asyncio
 from redis.exceptions import ResponseError
 
-from aioqueue._engine.envelope import text
-from aioqueue._engine.keys import QueueLayout
+from aioqueue._wire.envelope import text
+from aioqueue._wire.keys import QueueLayout
 from aioqueue.spark._connection import redis_client as sync_client
 from aioqueue.spark._connection import resolve_layout
 from aioqueue.spark._write import ChunkWriter, WritePlan

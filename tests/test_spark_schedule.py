@@ -11,10 +11,10 @@ import redis.asyncio as redis
 from pyspark.sql import SparkSession
 
 from aioqueue import EventServiceBuilder
-from aioqueue._engine.envelope import text
-from aioqueue._engine.functions import LIBRARY
-from aioqueue._engine.keys import QueueLayout
-from aioqueue._engine.registry import registry_key
+from aioqueue._wire.envelope import text
+from aioqueue._wire.functions import LIBRARY
+from aioqueue._wire.keys import QueueLayout
+from aioqueue._wire.registry import registry_key
 from aioqueue.spark import InvalidDataFrameError, ScheduleResult, schedule_dataframe
 from tests.spark_fixtures import off_loop
 from tests.support import PaymentCheck, Recorder, queue_key, wait_until

@@ -1,4 +1,4 @@
-"""Conversations written once as steps (aioqueue/_engine/steps.py) do the same on an asyncio
+"""Conversations written once as steps (aioqueue/_transport/steps.py) do the same on an asyncio
 client and a blocking one, against a real server: the same writes, and the same recovery
 when the server lacks the function library or the script."""
 
@@ -11,11 +11,11 @@ import pytest
 import redis
 from redis.asyncio import Redis as AsyncRedis
 
-from aioqueue._engine.functions import LIBRARY
-from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.scripts import ENQUEUE
-from aioqueue._engine.steps import run_steps, run_steps_sync
-from aioqueue._engine.writes import EnqueueItem, enqueue_call, enqueue_steps, scheduled_flags
+from aioqueue._producing.writes import EnqueueItem, enqueue_call, enqueue_steps, scheduled_flags
+from aioqueue._transport.steps import run_steps, run_steps_sync
+from aioqueue._wire.functions import LIBRARY
+from aioqueue._wire.keys import QueueKeys
+from aioqueue._wire.scripts import ENQUEUE
 from aioqueue.testing import EmbeddedServer
 
 KEYS = QueueKeys.for_type("steps", "Ping")

@@ -28,7 +28,7 @@ from aioqueue import (
     PayloadTooLargeError,
     SyncProducer,
 )
-from aioqueue._engine.client import RedisClient
+from aioqueue._transport.client import RedisClient
 from tests.conftest import ScriptCall
 from tests.support import OrderStep, PaymentCheck, Recorder, all_keys, queue_key, server_time_ms
 

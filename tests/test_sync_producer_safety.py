@@ -21,8 +21,8 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from aioqueue import EventServiceBuilder, ServiceStateError, SyncProducer
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueKeys
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueKeys
 from tests.conftest import ServerFactory
 from tests.support import PaymentCheck, Recorder, drained, queue_key, wait_until
 

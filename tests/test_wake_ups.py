@@ -11,8 +11,8 @@ from redis.exceptions import ResponseError
 
 from aioqueue import EventService, EventServiceBuilder
 from aioqueue._delivery import dispatcher as dispatcher_module
-from aioqueue._engine.client import RedisClient, client_from_url
-from aioqueue._engine.store import DispatchCall, DispatchResult, QueueStore, dispatch_queues
+from aioqueue._transport.client import RedisClient, client_from_url
+from aioqueue._wire.store import DispatchCall, DispatchResult, QueueStore, dispatch_queues
 from tests.support import PaymentCheck, Recorder
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

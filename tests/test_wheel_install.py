@@ -78,7 +78,7 @@ def test_the_wheel_holds_the_package_data_license_and_metadata(built: Built) -> 
         [metadata_name] = [name for name in names if name.endswith(".dist-info/METADATA")]
         metadata = wheel.read(metadata_name).decode()
     assert _package_data() - names == set()
-    assert {"aioqueue/_engine/lua/enqueue.lua", "aioqueue/http/dashboard.html"} <= names
+    assert {"aioqueue/_wire/lua/enqueue.lua", "aioqueue/http/dashboard.html"} <= names
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     headers = dict(
         line.split(": ", 1) for line in metadata.split("\n\n", 1)[0].splitlines() if ": " in line

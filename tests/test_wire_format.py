@@ -9,9 +9,9 @@ import pytest
 from redis.exceptions import ResponseError
 
 from aioqueue import EventServiceBuilder
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.scripts import script_source
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueKeys
+from aioqueue._wire.scripts import script_source
 from tests.support import PaymentCheck, Recorder, drained, wait_until
 
 pytestmark = pytest.mark.backends("standalone", "cluster")

@@ -11,14 +11,15 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import cast
 
-from aioqueue._engine.call_gate import gated_call
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.dead_letters import DeadLetterRecord, newest_dead_letters
-from aioqueue._engine.envelope import text
-from aioqueue._engine.keys import QueueLayout
-from aioqueue._engine.queues import TypeQueue
-from aioqueue._engine.scripts import LuaScript
-from aioqueue._engine.store import QueueStore, Requeued
+from aioqueue._producing.writes import cancel
+from aioqueue._transport.call_gate import gated_call
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.dead_letters import DeadLetterRecord, newest_dead_letters
+from aioqueue._wire.envelope import text
+from aioqueue._wire.keys import QueueLayout
+from aioqueue._wire.queues import TypeQueue
+from aioqueue._wire.scripts import LuaScript
+from aioqueue._wire.store import QueueStore, Requeued
 
 __all__ = [
     "DeadLetterRecord",
@@ -119,4 +120,4 @@ async def purge_dead_letters(
 
 async def cancel_event(client: RedisClient, layout: QueueLayout, event_id: str) -> bool:
     """Removes a pending event (cancel.lua); False if none with that id was pending."""
-    return await TypeQueue(client, layout).store_for(event_id).cancel(event_id)
+    return await cancel(client, layout.keys_for(event_id), event_id)

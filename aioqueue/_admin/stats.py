@@ -36,14 +36,14 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from aioqueue._engine.call_gate import gated_call
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueKeys, QueueLayout
-from aioqueue._engine.pausing import is_paused
-from aioqueue._engine.rate_limits import read_rate_limit
-from aioqueue._engine.registry import known_layouts, read_registry
-from aioqueue._engine.scripts import LuaScript
 from aioqueue._model.rate_limit import RateLimit
+from aioqueue._transport.call_gate import gated_call
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueKeys, QueueLayout
+from aioqueue._wire.pausing import is_paused
+from aioqueue._wire.rate_limits import read_rate_limit
+from aioqueue._wire.registry import known_layouts, read_registry
+from aioqueue._wire.scripts import LuaScript
 
 __all__ = ["QueueStats", "StatsSnapshot", "read_stats", "resolve_layouts"]
 

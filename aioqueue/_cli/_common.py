@@ -18,8 +18,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from aioqueue._engine.client import RedisClient, client_from_url
-from aioqueue._engine.keys import validate_prefix
+from aioqueue._transport.client import RedisClient, client_from_url
+from aioqueue._wire.keys import validate_prefix
 
 __all__ = [
     "CONNECTION_ERRORS",

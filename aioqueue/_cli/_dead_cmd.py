@@ -18,8 +18,8 @@ from aioqueue._admin.actions import (
 )
 from aioqueue._admin.stats import resolve_layouts
 from aioqueue._cli._progress import ProgressBar
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueLayout
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueLayout
 
 from ._common import (
     CommandError,

@@ -20,11 +20,11 @@ from typing import TextIO
 
 import anyio
 
-from aioqueue._engine.client import RedisClient
 from aioqueue._model.event import Event
 from aioqueue._model.metrics import NoMetrics, Outcome
 from aioqueue._model.retry import FixedDelays
 from aioqueue._service.service import EventService
+from aioqueue._transport.client import RedisClient
 from aioqueue.testing import EmbeddedServer, ServerNotFoundError
 
 from ._common import CommandError, check_reachable, connect, display_url

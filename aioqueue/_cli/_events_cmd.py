@@ -8,8 +8,9 @@ from datetime import datetime, timezone
 
 from aioqueue._admin.actions import cancel_event
 from aioqueue._admin.stats import resolve_layouts
-from aioqueue._engine.browse import inspect_event, pending_page, run_now
 from aioqueue._model.errors import InvalidCursorError
+from aioqueue._producing.writes import run_now
+from aioqueue._wire.browse import inspect_event, pending_page
 
 from ._common import (
     CommandError,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from aioqueue._engine.pausing import pause, resume
-from aioqueue._engine.rate_limits import read_rate_limit, set_rate_limit
-from aioqueue._engine.registry import resolve_layout
 from aioqueue._model.rate_limit import RateLimit
+from aioqueue._wire.pausing import pause, resume
+from aioqueue._wire.rate_limits import read_rate_limit, set_rate_limit
+from aioqueue._wire.registry import resolve_layout
 
 from ._common import CommandError, Commands, add_connection_options, connect, print_json
 

@@ -7,9 +7,9 @@ import argparse
 
 from redis.exceptions import ResponseError
 
-from aioqueue._engine.client import RedisClient, within_reply_timeout
-from aioqueue._engine.functions import LIBRARY
-from aioqueue._engine.scripts import script_source
+from aioqueue._transport.client import RedisClient, within_reply_timeout
+from aioqueue._wire.functions import LIBRARY
+from aioqueue._wire.scripts import script_source
 
 from ._common import Commands, add_connection_options, connect, print_json
 

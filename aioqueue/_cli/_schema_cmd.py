@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from aioqueue._engine.schemas import read_schema, read_schemas, schema_fields
+from aioqueue._wire.schemas import read_schema, read_schemas, schema_fields
 
 from ._common import Commands, add_connection_options, connect, print_json, print_table
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import anyio
 
-from aioqueue._engine.coalescer import Coalescer
-from aioqueue._engine.envelope import Envelope
-from aioqueue._engine.recovery import REDIS_ERRORS, logger
-from aioqueue._engine.store import QueueStore
+from aioqueue._transport.coalescer import Coalescer
+from aioqueue._transport.recovery import REDIS_ERRORS, logger
+from aioqueue._wire.envelope import Envelope
+from aioqueue._wire.store import QueueStore
 
 __all__ = ["Acknowledger"]
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from aioqueue._engine.envelope import Envelope, EnvelopeError
-from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
-from aioqueue._engine.store import Claimed, QueueStore
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.event import Event
+from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._wire.envelope import Envelope, EnvelopeError
+from aioqueue._wire.store import Claimed, QueueStore
 
 from .acknowledger import Acknowledger
 from .handler_runner import Handler, HandlerRunner, NotStarted, Succeeded

@@ -10,10 +10,10 @@ from typing import NamedTuple
 import anyio
 from redis.exceptions import ResponseError
 
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
-from aioqueue._engine.store import DispatchCall, DispatchResult, QueueStore, dispatch_queues
 from aioqueue._model.config import ServiceConfig
+from aioqueue._transport.client import RedisClient
+from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._wire.store import DispatchCall, DispatchResult, QueueStore, dispatch_queues
 
 __all__ = ["DispatchTarget", "Dispatcher"]
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import anyio
 
-from aioqueue._engine.envelope import Envelope, died_at_from_ms
-from aioqueue._engine.recovery import REDIS_ERRORS, logger
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.delivery import Delivery, delivery_under_way
 from aioqueue._model.errors import PayloadDecodeError
 from aioqueue._model.event import Event, event_context
 from aioqueue._model.metrics import Outcome
+from aioqueue._transport.recovery import REDIS_ERRORS, logger
+from aioqueue._wire.envelope import Envelope, died_at_from_ms
 
 from .acknowledger import SETTLE_TIMEOUT
 from .handler_timeouts import HandlerTimeouts, TimeoutLane

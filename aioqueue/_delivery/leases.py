@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.envelope import Envelope
-from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
-from aioqueue._engine.store import GivenBack, QueueStore, renew_leases
+from aioqueue._transport.client import RedisClient
+from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._wire.envelope import Envelope
+from aioqueue._wire.store import GivenBack, QueueStore, renew_leases
 
 __all__ = ["RENEWALS_PER_LEASE", "Lease", "Leases"]
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import anyio
 
-from aioqueue._engine.recovery import logger
+from aioqueue._transport.recovery import logger
 
 from .leases import Lease
 

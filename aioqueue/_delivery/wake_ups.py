@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable
 
 import anyio
 
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff
-from aioqueue._engine.store import Peek, QueueStore, peek_queues
-from aioqueue._engine.subscriber import Subscriber
+from aioqueue._transport.client import RedisClient
+from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff
+from aioqueue._transport.subscriber import Subscriber
+from aioqueue._wire.store import Peek, QueueStore, peek_queues
 
 __all__ = ["WakeUps"]
 

@@ -10,7 +10,7 @@ from types import CodeType, FrameType
 
 import anyio
 
-from aioqueue._engine.recovery import logger
+from aioqueue._transport.recovery import logger
 
 __all__ = ["LoopWatchdog", "handler_code"]
 

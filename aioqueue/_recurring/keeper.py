@@ -22,13 +22,13 @@ from datetime import datetime
 
 import anyio
 
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.producer import Producer
-from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
-from aioqueue._engine.writes import DueTime, EnqueueItem
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
+from aioqueue._producing.producer import Producer
+from aioqueue._producing.writes import DueTime, EnqueueItem
+from aioqueue._transport.client import RedisClient
+from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._wire.keys import QueueKeys
 
 from .misfire import Misfire, ticks_to_produce
 from .records import (

@@ -46,10 +46,10 @@ from dataclasses import dataclass
 
 import orjson
 
-from aioqueue._engine.call_gate import gated_call
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.envelope import text
-from aioqueue._engine.scripts import LuaScript
+from aioqueue._transport.call_gate import gated_call
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.envelope import text
+from aioqueue._wire.scripts import LuaScript
 
 __all__ = ["NameEntry", "claim_name", "directory_key", "read_entries", "read_entry", "settle"]
 

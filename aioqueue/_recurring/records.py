@@ -15,14 +15,14 @@ from typing import Any, Literal
 
 import orjson
 
-from aioqueue._engine.call_gate import gated_call
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.envelope import died_at_from_ms, text
-from aioqueue._engine.keys import QueueKeys
-from aioqueue._engine.recovery import logger
-from aioqueue._engine.scripts import LuaScript
-from aioqueue._engine.writes import EnqueueItem
 from aioqueue._model.errors import ConfigurationError
+from aioqueue._producing.writes import EnqueueItem
+from aioqueue._transport.call_gate import gated_call
+from aioqueue._transport.client import RedisClient
+from aioqueue._transport.recovery import logger
+from aioqueue._wire.envelope import died_at_from_ms, text
+from aioqueue._wire.keys import QueueKeys
+from aioqueue._wire.scripts import LuaScript
 
 from .names import NameEntry, claim_name, read_entries, read_entry, settle
 from .spec import ScheduleSpec

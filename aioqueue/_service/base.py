@@ -21,13 +21,13 @@ from aioqueue._delivery.dispatcher import Dispatcher
 from aioqueue._delivery.handler_runner import Handler
 from aioqueue._delivery.leases import Leases
 from aioqueue._delivery.wake_ups import WakeUps
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.producer import Producer
-from aioqueue._engine.queues import QueueDirectory, TypeQueue
-from aioqueue._engine.recovery import logger
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.errors import ServiceFailedError, ServiceStateError
 from aioqueue._model.event import Event, event_type_name
+from aioqueue._producing.producer import Producer
+from aioqueue._transport.client import RedisClient
+from aioqueue._transport.recovery import logger
+from aioqueue._wire.queues import QueueDirectory, TypeQueue
 
 if sys.version_info < (3, 11):  # anyio depends on the backport there
     # novermin: the backport of 3.11's builtin, which vermin takes the name for.

@@ -6,18 +6,11 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from aioqueue._engine.browse import (
-    EventInfo,
-    PendingPage,
-    inspect_event,
-    pending_page,
-    reschedule,
-    run_now,
-)
-from aioqueue._engine.recovery import logger
-from aioqueue._engine.writes import DueTime
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
+from aioqueue._producing.writes import DueTime, reschedule, run_now
+from aioqueue._transport.recovery import logger
+from aioqueue._wire.browse import EventInfo, PendingPage, inspect_event, pending_page
 
 from .base import ServiceBase
 

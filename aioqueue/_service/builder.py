@@ -8,14 +8,6 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aioqueue._engine.call_gate import CONNECTIONS_NEEDED, check_room
-from aioqueue._engine.client import (
-    RedisClient,
-    service_client_from_url,
-    service_client_of_sentinels,
-)
-from aioqueue._engine.keys import MAX_PARTITIONS, validate_prefix
-from aioqueue._engine.sentinel import sentinel_settings
 from aioqueue._model.checks import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_BYTES_LIMIT,
@@ -32,6 +24,14 @@ from aioqueue._model.metrics import Metrics, NoMetrics
 from aioqueue._model.rate_limit import RateLimit
 from aioqueue._model.retry import ExponentialBackoff, RetryPolicy
 from aioqueue._model.serializer import JsonSerializer, Serializer
+from aioqueue._transport.call_gate import CONNECTIONS_NEEDED, check_room
+from aioqueue._transport.client import (
+    RedisClient,
+    service_client_from_url,
+    service_client_of_sentinels,
+)
+from aioqueue._transport.sentinel import sentinel_settings
+from aioqueue._wire.keys import MAX_PARTITIONS, validate_prefix
 
 # The builder and the service stay a pair (`EventService.builder()` is the one way in, as in
 # the Java library this API follows), but only the service imports the builder at run time:

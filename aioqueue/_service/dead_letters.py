@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from aioqueue._engine.dead_letters import read_dead_letters
-from aioqueue._engine.envelope import DeadLetter
-from aioqueue._engine.recovery import logger
 from aioqueue._model.event import Event
+from aioqueue._transport.recovery import logger
+from aioqueue._wire.dead_letters import read_dead_letters
+from aioqueue._wire.envelope import DeadLetter
 
 from .base import ServiceBase
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from aioqueue._engine.pausing import pause, paused_types, resume
-from aioqueue._engine.recovery import logger
 from aioqueue._model.event import Event
+from aioqueue._transport.recovery import logger
+from aioqueue._wire.pausing import pause, paused_types, resume
 
 from .base import ServiceBase
 

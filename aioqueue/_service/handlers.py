@@ -12,12 +12,12 @@ from typing import Any, TypeVar, overload
 from aioqueue._delivery.consumer import Consumer
 from aioqueue._delivery.dispatcher import DispatchTarget
 from aioqueue._delivery.watchdog import handler_code
-from aioqueue._engine.rate_limits import record_rate_limit
-from aioqueue._engine.recovery import REDIS_ERRORS, ErrorBackoff, logger
-from aioqueue._engine.settings_marks import mark_recorded
-from aioqueue._engine.store import QueueStore
 from aioqueue._model.errors import HandlerRegistrationError, PartitionCountMismatchError
 from aioqueue._model.event import Event, event_type_name, serial_key_of
+from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._wire.rate_limits import record_rate_limit
+from aioqueue._wire.settings_marks import mark_recorded
+from aioqueue._wire.store import QueueStore
 
 from .base import Registration, ServiceBase, ServiceState
 from .handler_signature import annotated_event_class

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from aioqueue._engine.writes import DueTime, context_json, max_wait_ms
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
+from aioqueue._producing.writes import DueTime, cancel, context_json, max_wait_ms
 
 from .base import ServiceBase
 
@@ -89,4 +89,6 @@ class ServiceProducing(ServiceBase):
         with that id was pending.
         """
         self._ensure_open()
-        return await self._queue_of(event_class).store_for(event_id).cancel(event_id)
+        return await cancel(
+            self._client, self._queue_of(event_class).layout.keys_for(event_id), event_id
+        )

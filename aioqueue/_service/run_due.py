@@ -6,10 +6,11 @@ from datetime import datetime, timedelta, timezone
 
 import anyio
 
-from aioqueue._engine.browse import MAX_PAGE, PendingEvent, pending_page, run_now
-from aioqueue._engine.keys import QueueLayout
 from aioqueue._model.durations import Duration, to_seconds
 from aioqueue._model.errors import ServiceStateError
+from aioqueue._producing.writes import run_now
+from aioqueue._wire.browse import MAX_PAGE, PendingEvent, pending_page
+from aioqueue._wire.keys import QueueLayout
 
 from .base import ServiceBase, ServiceState
 

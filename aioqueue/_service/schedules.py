@@ -8,13 +8,13 @@ from datetime import datetime
 
 import anyio
 
-from aioqueue._engine.keys import QueueKeys
 from aioqueue._model.durations import Duration
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 from aioqueue._recurring.keeper import Misfire, ScheduleDeclaration, ScheduleKeeper
 from aioqueue._recurring.records import ScheduleInfo, list_schedules, remove_by_name
 from aioqueue._recurring.spec import ScheduleSpec
+from aioqueue._wire.keys import QueueKeys
 
 from .base import ServiceBase, ServiceState
 

@@ -10,13 +10,13 @@ from aioqueue._delivery.dispatcher import Dispatcher
 from aioqueue._delivery.leases import Leases
 from aioqueue._delivery.wake_ups import WakeUps
 from aioqueue._delivery.watchdog import LoopWatchdog
-from aioqueue._engine.call_gate import close_gate, open_gate
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.event_types import EventTypes
-from aioqueue._engine.producer import Producer
-from aioqueue._engine.queues import QueueDirectory
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.errors import ServiceStateError
+from aioqueue._producing.producer import Producer
+from aioqueue._transport.call_gate import close_gate, open_gate
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.event_types import EventTypes
+from aioqueue._wire.queues import QueueDirectory
 
 from .base import ServiceState
 from .browsing import ServiceBrowsing

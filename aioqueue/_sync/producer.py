@@ -2,9 +2,9 @@
 (Django and Flask views, scripts, Celery tasks), on a blocking redis-py client.
 
 It writes exactly what an EventService writes: every argument is checked and every script
-call built by _engine/writes.py, each event class resolved once by _engine/event_types.py
+call built by _producing/writes.py, each event class resolved once by _wire/event_types.py
 (registry, published schema, serial key), and every conversation with Redis run as steps
-(_engine/steps.py) by `run_steps_sync`. Only the driver differs; nothing here encodes,
+(_transport/steps.py) by `run_steps_sync`. Only the driver differs; nothing here encodes,
 validates or builds a script argument of its own.
 
 Threads and processes:
@@ -29,22 +29,6 @@ from typing import TypeVar
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from aioqueue._engine.client import SyncRedisClient, producer_client_from_url
-from aioqueue._engine.event_types import EventTypeRecord, EventTypes
-from aioqueue._engine.keys import MAX_PARTITIONS, validate_prefix
-from aioqueue._engine.recovery import logger
-from aioqueue._engine.steps import Steps, run_steps_sync
-from aioqueue._engine.writes import (
-    DueTime,
-    EnqueueItem,
-    cancel_steps,
-    context_json,
-    enqueue_many_steps,
-    enqueue_steps,
-    event_item,
-    max_wait_ms,
-    reschedule_steps,
-)
 from aioqueue._model.checks import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_BYTES_LIMIT,
@@ -59,6 +43,22 @@ from aioqueue._model.event import Event, event_type_name
 from aioqueue._model.instrumentation import Instrumentation, NoInstrumentation
 from aioqueue._model.metrics import Metrics, NoMetrics
 from aioqueue._model.serializer import JsonSerializer, Serializer
+from aioqueue._producing.writes import (
+    DueTime,
+    EnqueueItem,
+    cancel_steps,
+    context_json,
+    enqueue_many_steps,
+    enqueue_steps,
+    event_item,
+    max_wait_ms,
+    reschedule_steps,
+)
+from aioqueue._transport.client import SyncRedisClient, producer_client_from_url
+from aioqueue._transport.recovery import logger
+from aioqueue._transport.steps import Steps, run_steps_sync
+from aioqueue._wire.event_types import EventTypeRecord, EventTypes
+from aioqueue._wire.keys import MAX_PARTITIONS, validate_prefix
 
 __all__ = ["SyncProducer"]
 
@@ -317,7 +317,7 @@ class SyncProducer:
     def _write(self, steps: Steps[R]) -> R:
         """Runs one write (enqueue, cancel, reschedule). With durability, an enqueue's steps
         send its script calls and their WAIT in one pipeline, on one connection (see
-        _engine/durability.py)."""
+        _producing/durability.py)."""
         return run_steps_sync(self._client, steps)
 
     def _ensure_open(self) -> None:

@@ -25,11 +25,11 @@ from aioqueue._admin.actions import (
     requeue_dead_letters,
 )
 from aioqueue._admin.stats import read_stats, resolve_layouts
-from aioqueue._engine.client import RedisClient, client_from_url
-from aioqueue._engine.keys import validate_prefix
 from aioqueue._model.config import Durability
 from aioqueue._model.errors import DurabilityError, PartitionCountMismatchError
 from aioqueue._model.event import _WIRE_NAME
+from aioqueue._transport.client import RedisClient, client_from_url
+from aioqueue._wire.keys import validate_prefix
 
 from ._browse import browse_routes
 from ._events import EnqueueRequest, RequestError, enqueue

@@ -10,10 +10,11 @@ from starlette.routing import Route
 
 from aioqueue._admin.actions import cancel_event
 from aioqueue._admin.stats import resolve_layouts
-from aioqueue._engine.browse import MAX_PAGE, inspect_event, pending_page, run_now
-from aioqueue._engine.due_histogram import MAX_BUCKETS, due_histogram
-from aioqueue._engine.keys import QueueLayout
 from aioqueue._model.errors import InvalidCursorError
+from aioqueue._producing.writes import run_now
+from aioqueue._wire.browse import MAX_PAGE, inspect_event, pending_page
+from aioqueue._wire.due_histogram import MAX_BUCKETS, due_histogram
+from aioqueue._wire.keys import QueueLayout
 
 from ._routing import Connected, Wrap
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import orjson
 
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.registry import resolve_layout
-from aioqueue._engine.steps import run_steps
-from aioqueue._engine.writes import DueTime, EnqueueItem, context_json, enqueue_steps
 from aioqueue._model.config import Durability
 from aioqueue._model.errors import InvalidEnqueueError
 from aioqueue._model.event import _WIRE_NAME
+from aioqueue._producing.writes import DueTime, EnqueueItem, context_json, enqueue_steps
+from aioqueue._transport.client import RedisClient
+from aioqueue._transport.steps import run_steps
+from aioqueue._wire.registry import resolve_layout
 
 __all__ = ["EnqueueRequest", "RequestError", "enqueue"]
 

@@ -8,7 +8,7 @@ from typing import Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
-from aioqueue._engine.client import RedisClient
+from aioqueue._transport.client import RedisClient
 
 __all__ = ["Connected", "Endpoint", "Wrap"]
 

@@ -11,9 +11,9 @@ from typing import Any
 import jsonschema
 import msgspec
 
-from aioqueue._engine.client import RedisClient
-from aioqueue._engine.recovery import logger
-from aioqueue._engine.schemas import PublishedSchema, read_schema
+from aioqueue._transport.client import RedisClient
+from aioqueue._transport.recovery import logger
+from aioqueue._wire.schemas import PublishedSchema, read_schema
 
 __all__ = ["PayloadMismatch", "SchemaChecks"]
 

@@ -9,9 +9,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from aioqueue._engine.pausing import is_paused, pause, resume
-from aioqueue._engine.registry import read_registry, resolve_layout
-from aioqueue._engine.schemas import PublishedSchema, read_schema, read_schemas, schema_fields
+from aioqueue._wire.pausing import is_paused, pause, resume
+from aioqueue._wire.registry import read_registry, resolve_layout
+from aioqueue._wire.schemas import PublishedSchema, read_schema, read_schemas, schema_fields
 
 from ._routing import Connected, Wrap
 

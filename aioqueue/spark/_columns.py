@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from aioqueue._engine.keys import validate_prefix
 from aioqueue._model.errors import AioqueueError
 from aioqueue._model.event import _WIRE_NAME, Event, event_type_name
+from aioqueue._wire.keys import validate_prefix
 
 __all__ = ["InvalidDataFrameError", "ScheduleColumns", "checked_event_type", "checked_prefix"]
 

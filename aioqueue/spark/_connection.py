@@ -1,7 +1,7 @@
 """Talking to Redis from Spark's synchronous code, on the driver and in executor tasks.
 
 Spark calls plain functions, so they talk to Redis on a blocking client and run the
-library's conversations (aioqueue._engine.steps) with `run_steps_sync`: no event loop, and
+library's conversations (aioqueue._transport.steps) with `run_steps_sync`: no event loop, and
 nothing that minds a driver already inside a running loop (a notebook).
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from aioqueue._engine.client import SyncRedisClient, sync_client_from_url
-from aioqueue._engine.keys import QueueLayout
-from aioqueue._engine.registry import resolve_layout_steps
-from aioqueue._engine.schemas import PublishedSchema, read_schema_steps
-from aioqueue._engine.steps import run_steps_sync
 from aioqueue._model.errors import PartitionCountMismatchError
+from aioqueue._transport.client import SyncRedisClient, sync_client_from_url
+from aioqueue._transport.steps import run_steps_sync
+from aioqueue._wire.keys import QueueLayout
+from aioqueue._wire.registry import resolve_layout_steps
+from aioqueue._wire.schemas import PublishedSchema, read_schema_steps
 
 from ._columns import InvalidDataFrameError
 
@@ -44,7 +44,7 @@ def resolve_layout(
     record: bool,
 ) -> QueueLayout:
     """The type's layout, through the registry's one resolver (see
-    aioqueue._engine.registry.resolve_layout_steps): a job that schedules records a new
+    aioqueue._wire.registry.resolve_layout_steps): a job that schedules records a new
     type, a job that reads does not. A count that contradicts the registry is an error:
     events written to other keys than the consumers read would never be delivered."""
     steps = resolve_layout_steps(prefix, event_type, partitions, record=record)

@@ -25,9 +25,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from aioqueue._engine.client import SyncRedisClient
-from aioqueue._engine.envelope import stored_payload, text
 from aioqueue._model.event import Event
+from aioqueue._transport.client import SyncRedisClient
+from aioqueue._wire.envelope import stored_payload, text
 
 from ._columns import checked_event_type, checked_prefix
 from ._connection import redis_client, resolve_layout

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 
-from aioqueue._engine.keys import QueueLayout
 from aioqueue._model.config import Durability
 from aioqueue._model.event import Event
+from aioqueue._wire.keys import QueueLayout
 
 from ._columns import (
     ScheduleColumns,

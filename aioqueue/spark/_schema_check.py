@@ -9,7 +9,7 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from aioqueue._engine.schemas import resolved
+from aioqueue._wire.schemas import resolved
 
 from ._columns import InvalidDataFrameError
 

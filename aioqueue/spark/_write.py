@@ -25,17 +25,17 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from aioqueue._engine.client import SyncRedisClient
-from aioqueue._engine.keys import QueueLayout, partition_of
-from aioqueue._engine.run_records import RecordedCall, take_over_steps
-from aioqueue._engine.steps import run_steps_sync
-from aioqueue._engine.writes import (
+from aioqueue._model.config import Durability
+from aioqueue._producing.run_records import RecordedCall, take_over_steps
+from aioqueue._producing.writes import (
     EnqueueItem,
     enqueue_call,
     enqueue_calls_steps,
     scheduled_flags,
 )
-from aioqueue._model.config import Durability
+from aioqueue._transport.client import SyncRedisClient
+from aioqueue._transport.steps import run_steps_sync
+from aioqueue._wire.keys import QueueLayout, partition_of
 
 from ._connection import redis_client
 

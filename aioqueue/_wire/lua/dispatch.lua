@@ -1,0 +1,309 @@
+-- Moves due events of one type to its ready list, atomically.
+-- KEYS[1] schedule   KEYS[2] events   KEYS[3] ready   KEYS[4] dead_letters
+-- KEYS[5] dead_letter_times   KEYS[6] paused (optional: while its field `paused` exists, nothing is taken)
+-- KEYS[7] rate, KEYS[8] starts (optional): with a rate limit, no more events are moved to
+--   the ready list than the current window still lets claims hand out, so events over the
+--   limit wait in the schedule, in due order, spending no attempt and no lease
+-- KEYS[9] serial_field   KEYS[10] serial_holders   KEYS[11] serial_waiting (optional,
+--   together): when serial_field names a payload field, a due event whose value of it is
+--   held by another live event is parked in serial_waiting instead (out of the schedule, no
+--   attempt spent) until that event settles; see the serial keys section of _prelude.lua
+-- KEYS[12] counts (optional, with 9-11): its `under_way` (envelopes with `due_at`, see
+--   count_under_way in _prelude.lua) follows the attempts this call starts, ends or parks,
+--   and each pushed envelope gets the next number of its move clock as `moved` and `pushed`
+--   (see take_moves in _prelude.lua)
+-- KEYS[13] recorded (optional): when given and missing, the server lost the type's settings
+--   (serial field, rate limit) with its data, and nothing is taken until a service that
+--   handles the type has recorded them again (see settings_marks.py): the call returns at
+--   once with `unrecorded` 1
+-- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
+-- For each due event (see the leases section of _prelude.lua):
+-- * waiting, or a claimed attempt whose lease lapsed (its worker is gone: that attempt was
+--   spent): count the next attempt, schedule the event `lease` ms from now (so that a lost
+--   delivery only delays it) and push its delivery (the envelope with its id). An event that
+--   already had all its attempts goes to the dead-letter set instead;
+-- * a delivery pushed earlier that no worker claimed within its lease: nothing is spent. It
+--   is given another lease where it waits in the ready list, or pushed again if the list
+--   lost it (its count stays: a handler has yet to begin it).
+-- Returns {dispatched, buried, server now ms, earliest due ms or -1, limit, ready length,
+-- parked, unrecorded, extended}: limit is how many events this call was allowed to take
+-- (batch size, less when the ready list is full), ready length the length of the ready
+-- list after the call, unrecorded 1 when KEYS[13] is missing (else 0), extended how many
+-- unclaimed deliveries got another lease where they wait.
+
+-- Why a decoded envelope cannot be delivered, or nil. A consumer cannot settle an envelope
+-- without a version, nor claim one whose id is not its field, so without this check such an
+-- event would come back after every lease until its attempts ran out, buried for the wrong
+-- reason. The checks mirror Envelope.parse in aioqueue/_wire/envelope.py.
+local function envelope_problem(envelope, id)
+  if envelope.id ~= nil and envelope.id ~= id then
+    return 'id field does not match the event id'
+  end
+  if envelope.type ~= nil and type(envelope.type) ~= 'string' then
+    return 'type must be a string'
+  end
+  if type(payload_of(envelope)) ~= 'string' then
+    return 'payload must be a string of JSON text'
+  end
+  local version = version_of(envelope)
+  if type(version) ~= 'number' or version ~= math.floor(version) then
+    return 'version must be an integer'
+  end
+  local context = envelope.context
+  if context ~= nil and context ~= cjson.null then
+    if type(context) ~= 'table' then
+      return 'context must be an object of strings'
+    end
+    for key, value in pairs(context) do
+      if type(key) ~= 'string' or type(value) ~= 'string' then
+        return 'context must be an object of strings'
+      end
+    end
+  end
+  return nil
+end
+
+local now = server_time_ms()
+-- GET rather than EXISTS: the ACL rule services run under (docs/operating/security.md)
+-- allows GET, and a rule already deployed must go on working.
+if KEYS[13] and not redis.call('GET', KEYS[13]) then
+  -- Events of a serial key or over a rate limit would start at once without their settings;
+  -- a limit the call did not reach, so the dispatcher waits for the recording to wake it.
+  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0, 1, 0}
+end
+if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
+  -- Paused (pause.lua): no earliest time, and a limit the call did not reach, so dispatchers
+  -- sleep until resume.lua wakes them or their scheduling interval passes (a limit of 0
+  -- would read as a full batch: go on at once).
+  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0, 0, 0}
+end
+local lease = tonumber(ARGV[2])
+local max_attempts = tonumber(ARGV[3])
+-- The ready list is bounded: when consumers fall behind, events wait in the schedule
+-- (where attempts are not spent) rather than in the list.
+local ready_length = redis.call('LLEN', KEYS[3])
+local limit = math.min(tonumber(ARGV[1]), tonumber(ARGV[4]) - ready_length)
+local rate = KEYS[7] and rate_room(KEYS[7], KEYS[8], now)
+if rate then
+  local room = rate.room - ready_length  -- what waits in the ready list uses room too
+  if room < 1 then
+    -- Back when the window lets one more out; a limit not reached, so no busy loop.
+    return {0, 0, now, rate.next_ms, tonumber(ARGV[1]), ready_length, 0, 0, 0}
+  end
+  limit = math.min(limit, room)
+end
+-- Serial keys: the payload field, and per value met in this batch the id that holds it.
+local serial_field = KEYS[9] and redis.call('GET', KEYS[9])
+local holder_of = {}
+local taken, parked_envelopes, parked_ids, parked_members = {}, {}, {}, {}
+
+-- Whether event `id` may start now under serial key `value` (then it holds the value), or
+-- must be parked: another event holds the value and has not settled. A holder whose event
+-- is gone (removed by hand, or by a path that could not free the key) holds nothing.
+local function takes_serial_key(value, id)
+  local holder = holder_of[value]
+  if holder == nil then
+    holder = redis.call('HGET', KEYS[10], value)
+    if holder and holder ~= id and redis.call('HEXISTS', KEYS[2], holder) == 0 then
+      holder = false
+    end
+  end
+  if holder and holder ~= id then
+    holder_of[value] = holder
+    return false
+  end
+  holder_of[value] = id
+  taken[#taken + 1] = value
+  taken[#taken + 1] = id
+  return true
+end
+
+local dispatched, buried, parked, extended = 0, 0, 0, 0
+
+-- Writes the parks and takes of this call so far (they are batched, see call_chunked).
+local function write_serial_batch()
+  if #parked_ids > 0 then
+    call_chunked('HSET', KEYS[2], parked_envelopes)
+    call_chunked('ZREM', KEYS[1], parked_ids)
+    call_chunked('ZADD', KEYS[11], parked_members)
+    parked = parked + #parked_ids
+    parked_envelopes, parked_ids, parked_members = {}, {}, {}
+  end
+  if #taken > 0 then
+    call_chunked('HSET', KEYS[10], taken)
+    taken = {}
+  end
+end
+
+-- Frees the serial key value `held` that event `id` held (it died, or its replacement is
+-- under another value; see settle_serial). This call's parks and takes are written first,
+-- so that the earliest event parked on the value is found among them too and a value taken
+-- in this call stays taken. When a parked event comes back (due), the later events of the
+-- value in this call wait behind it: '' is a holder no id can be.
+local function free_serial_key(held, id)
+  if not KEYS[11] or type(held) ~= 'string' then
+    return
+  end
+  write_serial_batch()
+  local before = holder_of[held]
+  local moved = settle_serial({holders = KEYS[10], waiting = KEYS[11]}, KEYS[1], KEYS[2], held, id)
+  if not before or before == id then
+    holder_of[held] = moved > 0 and '' or nil
+  end
+end
+
+local started, ended = 0, 0  -- attempts under way, for KEYS[12]
+local due = {}
+if limit > 0 then
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+end
+if #due > 0 then
+  local ids = {}
+  for i = 1, #due, 2 do
+    ids[#ids + 1] = due[i]
+  end
+  -- One HMGET, and below one HSET, ZADD and RPUSH, for the whole batch (see call_chunked).
+  local stored = hmget_all(KEYS[2], ids)
+  -- A number for every event that may be pushed, in push order; those parked or buried
+  -- leave gaps, which cost nothing.
+  local next_move = take_moves(KEYS[12], #ids)
+  local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
+  for n, id in ipairs(ids) do
+    local raw = stored[n]
+    local score = tonumber(due[2 * n])
+    if raw and not is_time(score) then
+      -- Written by hand or by a broken producer: such a score cannot be a due time, and
+      -- encoding it would fail this whole call, and with it every other event of the batch.
+      bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw},
+           'schedule score ' .. tostring(due[2 * n]) .. ' is not a time in milliseconds', now)
+      buried = buried + 1
+    elseif not raw then
+      -- A schedule entry without an event (written by hand): nothing to deliver.
+      orphans[#orphans + 1] = id
+    else
+      local ok, envelope = pcall(cjson.decode, raw)
+      local problem = nil
+      if not ok or type(envelope) ~= 'table' then
+        problem = 'envelope is not valid JSON: ' .. tostring(envelope)
+      else
+        problem = envelope_problem(envelope, id)
+        if problem then
+          problem = 'envelope is malformed: ' .. problem
+        end
+      end
+      if problem then
+        bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw}, problem, now)
+        buried = buried + 1
+      elseif envelope.due_at ~= nil and is_unclaimed(score) then
+        -- Pushed, and no worker claimed it within its lease (workers busy or starved, a
+        -- failover): it spent nothing. Where its delivery still waits, it gets another
+        -- lease and keeps its place; where the list lost it, it is pushed again.
+        envelope.id = nil
+        local waiting_at = redis.call('LPOS', KEYS[3], delivery_of(id, raw))
+        if next_move then
+          envelope.moved = next_move
+          if not waiting_at then
+            envelope.pushed = next_move
+          end
+          next_move = next_move + 1
+        end
+        local encoded = cjson.encode(envelope)
+        rewritten[#rewritten + 1] = id
+        rewritten[#rewritten + 1] = encoded
+        leases[#leases + 1] = unclaimed_lease_end(now, lease)
+        leases[#leases + 1] = id
+        if waiting_at then
+          -- The copy must stay byte for byte the stored envelope (see delivery_of).
+          redis.call('LSET', KEYS[3], waiting_at, delivery_of(id, encoded))
+          extended = extended + 1
+        else
+          deliveries[#deliveries + 1] = delivery_of(id, encoded)
+        end
+      else
+        local attempt = tonumber(envelope.attempt) or 0
+        local lapsed = envelope.due_at ~= nil  -- a claimed attempt's lease ran out
+        if attempt >= max_attempts then
+          local last_error = envelope.error
+          if lapsed then
+            last_error = lapsed_error(attempt)
+          elseif type(last_error) ~= 'string' then
+            last_error = 'out of attempts after attempt ' .. attempt
+          end
+          if envelope.due_at ~= nil then
+            ended = ended + 1
+          end
+          bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, envelope, last_error, now)
+          buried = buried + 1
+          free_serial_key(envelope.serial, id)
+        else
+          envelope.id = nil  -- stored without it; the delivery puts it back in front
+          if lapsed then
+            envelope.error = lapsed_error(attempt)
+          end
+          local value = serial_field and serial_value(envelope, serial_field) or nil
+          if envelope.serial ~= nil and envelope.serial ~= value then
+            -- A replacement under another value (or none): free what the replaced version
+            -- held, before this one takes anything.
+            free_serial_key(envelope.serial, id)
+          end
+          if value and not takes_serial_key(value, id) then
+            -- Its value is busy: park it, due time kept, until the holder settles.
+            local at = parked_time(score)
+            if envelope.due_at ~= nil then
+              -- A lost worker's attempt, due again: it is over, and the next waits its turn.
+              envelope.due_at = nil
+              ended = ended + 1
+            end
+            envelope.serial = value
+            envelope.parked = at
+            parked_envelopes[#parked_envelopes + 1] = id
+            parked_envelopes[#parked_envelopes + 1] = cjson.encode(envelope)
+            parked_ids[#parked_ids + 1] = id
+            parked_members[#parked_members + 1] = 0
+            parked_members[#parked_members + 1] = serial_member(value, at, id)
+          else
+            envelope.serial = value  -- what acknowledge and fail free when it settles
+            envelope.parked = nil
+            if envelope.due_at == nil then
+              started = started + 1
+            end
+            envelope.attempt = attempt + 1
+            envelope.due_at = score
+            if next_move then
+              envelope.moved, envelope.pushed = next_move, next_move
+              next_move = next_move + 1
+            end
+            local encoded = cjson.encode(envelope)
+            rewritten[#rewritten + 1] = id
+            rewritten[#rewritten + 1] = encoded
+            leases[#leases + 1] = unclaimed_lease_end(now, lease)
+            leases[#leases + 1] = id
+            deliveries[#deliveries + 1] = delivery_of(id, encoded)
+          end
+        end
+      end
+    end
+  end
+  if #orphans > 0 then
+    call_chunked('ZREM', KEYS[1], orphans)
+  end
+  write_serial_batch()
+  if #rewritten > 0 then
+    call_chunked('HSET', KEYS[2], rewritten)
+    call_chunked('ZADD', KEYS[1], leases)
+  end
+  if #deliveries > 0 then
+    call_chunked('RPUSH', KEYS[3], deliveries)
+    dispatched = #deliveries
+    if ready_length == 0 then
+      signal(KEYS[3])  -- consumers that found the list empty wait for this
+    end
+  end
+end
+count_under_way(KEYS[12], started - ended)
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local earliest = -1
+if first[2] and is_time(tonumber(first[2])) then
+  earliest = tonumber(first[2])
+end
+return {dispatched, buried, now, earliest, limit, ready_length + dispatched, parked, 0, extended}
