@@ -75,7 +75,7 @@ async def test_a_success_while_the_consumer_waits_in_redis_is_acknowledged_on_it
             await started.wait()
 
         async def consumer_waits() -> bool:
-            consumer = service._registrations["PaymentCheck"].consumer
+            consumer = service._delivery.consumer_of(PaymentCheck)
             return consumer is not None and consumer.idle_partitions == 1
 
         await wait_until(consumer_waits)

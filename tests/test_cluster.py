@@ -142,12 +142,8 @@ async def test_every_script_call_of_the_core_flow_touches_one_slot(
 
         async def every_consumer_waits() -> bool:
             # One taker per OrderTimeout partition, and the PaymentCheck consumer's.
-            idle = [
-                registration.consumer.idle_partitions
-                for registration in service._registrations.values()
-                if registration.consumer is not None
-            ]
-            return sum(idle) == 8 + 1
+            consumers = [service._delivery.consumer_of(cls) for cls in (OrderTimeout, PaymentCheck)]
+            return sum(c.idle_partitions for c in consumers if c is not None) == 8 + 1
 
         await wait_until(every_consumer_waits)
         release_held.set()

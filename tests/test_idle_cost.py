@@ -45,7 +45,7 @@ async def test_idle_service_sends_few_commands(server_factory: ServerFactory) ->
             await service.enqueue(PaymentCheck(id=f"p-{i}", order_id=i), 3600)
 
         async def settled() -> bool:
-            consumer = service._registrations["PaymentCheck"].consumer
+            consumer = service._delivery.consumer_of(PaymentCheck)
             idle = consumer is not None and consumer.idle_partitions == 1
             return idle and await subscribed(observer) == 1
 

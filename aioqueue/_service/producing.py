@@ -1,94 +1,126 @@
-"""EventService's producing side: enqueue, enqueue_many and cancel."""
+"""The producing part of a service: enqueue, enqueue_many, cancel, and moving a pending event
+in time (reschedule, run now). It owns the service's Producer."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
-from aioqueue._producing.writes import DueTime, cancel, context_json, max_wait_ms
+from aioqueue._producing.producer import Producer
+from aioqueue._producing.writes import (
+    DueTime,
+    MoveResult,
+    RunNowResult,
+    cancel,
+    context_json,
+    max_wait_ms,
+    reschedule,
+    run_now,
+)
+from aioqueue._transport.recovery import logger
 
-from .base import ServiceBase
+from .runtime import Runtime
 
-__all__ = ["ServiceProducing"]
+__all__ = ["DueSooner", "Producing"]
+
+DueSooner = Callable[[str, float], None]
+"""Told that an event of a type (its wire name) was written due in so many seconds: the
+service's dispatcher, if it handles the type, may have to wake sooner than it planned."""
 
 
-class ServiceProducing(ServiceBase):
+class Producing:
+    """Writes events for a service (see EventService for what each method promises)."""
+
+    def __init__(self, runtime: Runtime, due_sooner: DueSooner) -> None:
+        self._runtime = runtime
+        self._due_sooner = due_sooner
+        self.producer = Producer(runtime.client, runtime.queues, runtime.config)
+
     async def enqueue(
         self,
         event: Event,
-        delay: Duration | None = None,
-        *,
-        at: datetime | None = None,
-        context: Mapping[str, str] | None = None,
-        replace: bool = False,
-        max_wait: Duration | None = None,
+        delay: Duration | None,
+        at: datetime | None,
+        context: Mapping[str, str] | None,
+        replace: bool,
+        max_wait: Duration | None,
     ) -> bool:
-        """Schedules `event` after `delay` (timedelta or seconds) or at `at` (aware datetime).
-
-        Returns True when scheduled, False when an event with the same type and id was
-        already pending and was kept. `replace=True` overwrites it instead: new payload,
-        context and due time, fresh attempt count. `max_wait` (with `replace=True`) makes it
-        a bounded debounce: however often the event is replaced, it is due no later than the
-        first enqueue of the pending version plus `max_wait`.
-
-        With the builder's `durability(...)`, returns only once the replicas have the event,
-        else raises DurabilityError: the event may exist, and enqueueing it again is safe.
-        """
-        self._ensure_open()
-        due = DueTime.of(delay, at)
-        bound = max_wait_ms(max_wait, replace=replace)
-        context = self._config.instrumentation.enqueue_context(context)
-        outcome = await self._producer.enqueue(
-            event, due, context_json(context), replace=replace, max_wait_ms=bound
+        due, bound, context_text = self._arguments(delay, at, context, replace, max_wait)
+        event_type, scheduled = await self.producer.enqueue(
+            event, due, context_text, replace=replace, max_wait_ms=bound
         )
-        self._after_enqueue([outcome], due)
-        return outcome[1]
+        self._enqueued([(event_type, scheduled)], due)
+        return scheduled
 
     async def enqueue_many(
         self,
         events: Iterable[Event],
-        delay: Duration | None = None,
-        *,
-        at: datetime | None = None,
-        context: Mapping[str, str] | None = None,
-        replace: bool = False,
-        max_wait: Duration | None = None,
+        delay: Duration | None,
+        at: datetime | None,
+        context: Mapping[str, str] | None,
+        replace: bool,
+        max_wait: Duration | None,
     ) -> list[bool]:
-        """Schedules many events with one due time and context, a few script calls in all.
-
-        Returns, per event in order, what enqueue() would have. Every event is validated
-        before anything is written. With `durability(...)`, DurabilityError means some of the
-        events may exist: enqueue them all again.
-        """
-        self._ensure_open()
-        due = DueTime.of(delay, at)
-        bound = max_wait_ms(max_wait, replace=replace)
-        context = self._config.instrumentation.enqueue_context(context)
-        outcomes = await self._producer.enqueue_many(
-            events, due, context_json(context), replace=replace, max_wait_ms=bound
+        due, bound, context_text = self._arguments(delay, at, context, replace, max_wait)
+        outcomes = await self.producer.enqueue_many(
+            events, due, context_text, replace=replace, max_wait_ms=bound
         )
-        self._after_enqueue(outcomes, due)
+        self._enqueued(outcomes, due)
         return [scheduled for _, scheduled in outcomes]
 
-    def _after_enqueue(self, outcomes: list[tuple[str, bool]], due: DueTime) -> None:
-        metrics = self._config.metrics
+    def _enqueued(self, outcomes: Sequence[tuple[str, bool]], due: DueTime) -> None:
+        metrics = self._runtime.config.metrics
         for event_type, scheduled in outcomes:
             metrics.event_enqueued(event_type, scheduled=scheduled)
-        if self._dispatcher is not None and any(
-            scheduled and event_type in self._registrations for event_type, scheduled in outcomes
-        ):
-            # A local event due before the dispatcher's next pass wakes it at once.
-            self._dispatcher.wake_for(due.due_in)
+        for event_type in {event_type for event_type, scheduled in outcomes if scheduled}:
+            self._due_sooner(event_type, due.due_in)
+
+    def _arguments(
+        self,
+        delay: Duration | None,
+        at: datetime | None,
+        context: Mapping[str, str] | None,
+        replace: bool,
+        max_wait: Duration | None,
+    ) -> tuple[DueTime, int | None, str]:
+        """The enqueue keywords, checked: due time, debounce bound, context as JSON (with
+        what the instrumentation adds)."""
+        self._runtime.ensure_open()
+        due = DueTime.of(delay, at)
+        bound = max_wait_ms(max_wait, replace=replace)
+        enriched = self._runtime.config.instrumentation.enqueue_context(context)
+        return due, bound, context_json(enriched)
 
     async def cancel(self, event_class: type[Event], event_id: str) -> bool:
-        """Removes a pending event; once this returns, no handler will be handed it.
+        self._runtime.ensure_open()
+        keys = self._runtime.queue_of(event_class).layout.keys_for(event_id)
+        return await cancel(self._runtime.client, keys, event_id)
 
-        A handler that is already running it is not interrupted. Returns False if no event
-        with that id was pending.
-        """
-        self._ensure_open()
-        return await cancel(
-            self._client, self._queue_of(event_class).layout.keys_for(event_id), event_id
-        )
+    async def run_now(self, event_class: type[Event], event_id: str) -> bool:
+        self._runtime.ensure_open()
+        layout = self._runtime.queue_of(event_class).layout
+        result: RunNowResult = await run_now(self._runtime.client, layout, event_id)
+        if result == "in_flight":
+            logger.info(
+                "not running %s %r now: an attempt is under way", event_class.__qualname__, event_id
+            )
+        return result == "due"
+
+    async def reschedule(
+        self, event_class: type[Event], event_id: str, delay: Duration | None, at: datetime | None
+    ) -> bool:
+        self._runtime.ensure_open()
+        due = DueTime.of(delay, at)
+        layout = self._runtime.queue_of(event_class).layout
+        result: MoveResult = await reschedule(self._runtime.client, layout, event_id, due)
+        if result == "in_flight":
+            logger.info(
+                "not rescheduling %s %r: an attempt is under way",
+                event_class.__qualname__,
+                event_id,
+            )
+        elif result == "moved":
+            self._due_sooner(layout.event_type, due.due_in)
+        return result == "moved"

@@ -1,4 +1,5 @@
-"""EventService's recurring schedules: declaring, removing and listing them."""
+"""The schedules part of a service: declaring, removing and listing recurring schedules, and
+the keeper of each schedule it declared while it runs. It owns those declarations."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ import anyio
 from aioqueue._model.durations import Duration
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
+from aioqueue._producing.producer import Producer
 from aioqueue._recurring.keeper import Misfire, ScheduleDeclaration, ScheduleKeeper
 from aioqueue._recurring.records import ScheduleInfo, list_schedules, remove_by_name
 from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue._wire.keys import QueueKeys
 
-from .base import ServiceBase, ServiceState
+from .runtime import Runtime
 
-__all__ = ["ScheduleRegistration", "ServiceSchedules"]
+__all__ = ["ScheduleRegistration", "Schedules"]
 
 MISFIRE_POLICIES = ("skip", "once", "all")
 
@@ -30,8 +32,16 @@ class ScheduleRegistration:
     """Cancels this service's keeper of the schedule (remove_schedule)."""
 
 
-class ServiceSchedules(ServiceBase):
-    def add_schedule(
+class Schedules:
+    """A service's recurring schedules (see EventService for what the public methods
+    promise)."""
+
+    def __init__(self, runtime: Runtime, producer: Producer) -> None:
+        self._runtime = runtime
+        self._producer = producer
+        self._schedules: dict[str, ScheduleRegistration] = {}
+
+    def add(
         self,
         name: str,
         *,
@@ -42,20 +52,7 @@ class ServiceSchedules(ServiceBase):
         misfire: Misfire = "once",
         max_catch_up: int = 100,
     ) -> None:
-        """Declares a recurring schedule: `event(tick)` is enqueued for each tick, due at the
-        tick, once per tick however many services declare the same schedule.
-
-        `cron` (five fields, evaluated in `tz` with Debian cron's DST rules) or `every` (an
-        interval anchored to the Unix epoch). `event` receives the tick as an aware datetime in
-        `tz` and must derive the event's id from it; it is called once here, with the next
-        tick, to learn the event type, so it must have no side effects. `misfire` says what
-        happens to ticks missed while no service ran: "skip" them, produce "once" (the latest,
-        now; the default), or "all" of them (the latest `max_catch_up`). Works before and
-        while the service runs. A name is unique per prefix and its most recent declaration
-        wins: declared with an event of another type, the name moves, and the other type's
-        schedule and its pending tick are removed before this one's first tick.
-        """
-        self._ensure_open()
+        self._runtime.ensure_open()
         if not isinstance(name, str) or not name or len(name) > 200:
             raise ConfigurationError(f"a schedule name must be 1-200 characters, got {name!r}")
         if misfire not in MISFIRE_POLICIES:
@@ -73,7 +70,7 @@ class ServiceSchedules(ServiceBase):
         if not isinstance(sample, Event):
             raise ConfigurationError(f"event(tick) must return an Event, got {sample!r}")
         event_type = event_type_name(type(sample))
-        if self._config.partitions.get(event_type, 1) != 1:
+        if self._runtime.config.partitions.get(event_type, 1) != 1:
             raise ConfigurationError(
                 f"schedule {name!r}: {event_type} is partitioned; a schedule keeps its record "
                 "beside its events in one hash tag, so its type cannot be partitioned"
@@ -85,30 +82,32 @@ class ServiceSchedules(ServiceBase):
             ScheduleDeclaration(name, spec, event, event_type, misfire, max_catch_up)
         )
         self._schedules[name] = registration
-        if self._state is ServiceState.RUNNING:
+        if self._runtime.running:
             self._start_keeper(registration)
 
-    async def remove_schedule(self, name: str) -> bool:
-        """Stops the schedule everywhere, whichever event type holds the name: its record
-        and its pending next tick are deleted (every service's keeper then stops). False
-        when Redis held no such schedule."""
-        self._ensure_open()
+    async def remove(self, name: str) -> bool:
+        self._runtime.ensure_open()
         registration = self._schedules.pop(name, None)
         if registration is not None:
             registration.scope.cancel()
-        return await remove_by_name(self._client, self._config.prefix, name)
+        return await remove_by_name(self._runtime.client, self._runtime.config.prefix, name)
 
-    async def schedules(self) -> list[ScheduleInfo]:
-        """Every schedule of the prefix, declared by this service or another, by name."""
-        self._ensure_open()
-        return await list_schedules(self._client, self._config.prefix)
+    async def listed(self) -> list[ScheduleInfo]:
+        self._runtime.ensure_open()
+        return await list_schedules(self._runtime.client, self._runtime.config.prefix)
+
+    def start(self) -> None:
+        """A keeper for every schedule declared (the service starts)."""
+        for registration in self._schedules.values():
+            self._start_keeper(registration)
 
     def _start_keeper(self, registration: ScheduleRegistration) -> None:
         declaration = registration.declaration
+        runtime = self._runtime
         keeper = ScheduleKeeper(
-            self._client,
-            QueueKeys.for_type(self._config.prefix, declaration.event_type),
-            self._config.prefix,
+            runtime.client,
+            QueueKeys.for_type(runtime.config.prefix, declaration.event_type),
+            runtime.config.prefix,
             declaration,
             self._producer,
         )
@@ -117,4 +116,4 @@ class ServiceSchedules(ServiceBase):
             with registration.scope:
                 await keeper.run()
 
-        self._start_background(f"keeper of schedule {declaration.name!r}", keep)
+        runtime.start_background(f"keeper of schedule {declaration.name!r}", keep)

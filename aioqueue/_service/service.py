@@ -1,45 +1,43 @@
-"""EventService: enqueue events, register handlers, and own every background task."""
+"""EventService: the façade over the parts of a service, each owning its state.
+
+`producing.py` writes events, `delivery.py` runs handlers (dispatcher, consumers, leases,
+wake-ups), `schedules.py` keeps recurring schedules, `administration.py` reads and changes
+queues for operators and tests; `runtime.py` is what they share (settings, client, queues,
+life, task group). Every public method here checks nothing itself and forwards to one part.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import datetime
 from types import TracebackType
+from typing import Any, TypeVar, overload
 
-import anyio
-
-from aioqueue._delivery.dispatcher import Dispatcher
-from aioqueue._delivery.leases import Leases
-from aioqueue._delivery.wake_ups import WakeUps
-from aioqueue._delivery.watchdog import LoopWatchdog
 from aioqueue._model.config import ServiceConfig
-from aioqueue._model.errors import ServiceStateError
-from aioqueue._producing.producer import Producer
-from aioqueue._transport.call_gate import close_gate, open_gate
+from aioqueue._model.durations import Duration
+from aioqueue._model.errors import HandlerRegistrationError
+from aioqueue._model.event import Event
+from aioqueue._recurring.keeper import Misfire
+from aioqueue._recurring.records import ScheduleInfo
 from aioqueue._transport.client import RedisClient
-from aioqueue._wire.event_types import EventTypes
-from aioqueue._wire.queues import QueueDirectory
+from aioqueue._wire.browse import EventInfo, PendingPage
+from aioqueue._wire.envelope import DeadLetter
 
-from .base import ServiceState
-from .browsing import ServiceBrowsing
+from .administration import Administration
 from .builder import EventServiceBuilder
-from .dead_letters import ServiceDeadLetters
-from .flow_control import ServiceFlowControl
-from .handlers import ServiceHandlers
-from .producing import ServiceProducing
-from .run_due import ServiceRunDue
-from .schedules import ServiceSchedules
+from .delivery import Delivery
+from .handler_signature import annotated_event_class
+from .producing import Producing
+from .runtime import Runtime, ServiceState
+from .schedules import Schedules
 
 __all__ = ["EventService", "ServiceState"]
 
+E = TypeVar("E", bound=Event)
+F = TypeVar("F", bound=Callable[..., Any])
 
-class EventService(
-    ServiceHandlers,
-    ServiceProducing,
-    ServiceDeadLetters,
-    ServiceBrowsing,
-    ServiceRunDue,
-    ServiceSchedules,
-    ServiceFlowControl,
-):
+
+class EventService:
     """Schedules events and delivers them to handlers when due.
 
     Build one with `EventService.builder()`. `async with service:` starts the dispatcher and
@@ -49,49 +47,14 @@ class EventService(
     raised in it, never an exception group.
     """
 
-    # This module holds the lifecycle; each group of methods lives in a module of its own
-    # (handlers, producing, dead_letters, browsing, run_due, schedules, flow_control), all
-    # sharing the state declared in base.ServiceBase.
-
     def __init__(self, config: ServiceConfig, client: RedisClient, *, owns_client: bool) -> None:
-        self._config = config
-        self._client = client
-        self._owns_client = owns_client
-        self._state = ServiceState.IDLE
-        types = EventTypes(
-            config.prefix, config.serializer, config.partitions, default_partitions=1
+        self._runtime = Runtime(config, client, owns_client=owns_client)
+        self._delivery = Delivery(self._runtime)
+        self._producing = Producing(self._runtime, self._delivery.due_sooner)
+        self._schedules = Schedules(self._runtime, self._producing.producer)
+        self._administration = Administration(
+            self._runtime, self._delivery.wake_dispatcher, self._delivery.handled_types
         )
-        self._queues = QueueDirectory(client, config.prefix, types)
-        self._producer = Producer(client, self._queues, config)
-        self._registrations = {}
-        self._leases = Leases(client, config.lease_ms)
-        self._schedules = {}
-        # Made when the service starts: anyio's primitives need a running event loop, and a
-        # service is often built at import time.
-        self._dispatcher = None
-        self._wake_ups = None
-        self._task_group = None
-        self._handler_threads = None
-        self._background_failure = None
-
-    def _start_wake_ups(self) -> None:
-        """The dispatcher (if the service dispatches) and what wakes it and the consumers."""
-        dispatcher = None
-        if self._config.enable_scheduling:
-            dispatcher = Dispatcher(
-                self._config, self._client, self._dispatch_targets, pushed=self._pushed
-            )
-        self._dispatcher = dispatcher
-        self._wake_ups = WakeUps(
-            self._client,
-            self._config.scheduling_interval,
-            dispatched=self._dispatched_stores,
-            wake_queue=dispatcher.wake_queue if dispatcher else lambda key: None,
-            saw_earliest=dispatcher.saw_earliest if dispatcher else lambda *seen: None,
-        )
-        self._start_background("wake-ups", self._wake_ups.run)
-        if dispatcher is not None:
-            self._start_background("dispatcher", dispatcher.run)
 
     @staticmethod
     def builder() -> EventServiceBuilder:
@@ -102,41 +65,23 @@ class EventService(
     @property
     def config(self) -> ServiceConfig:
         """The settings the service was built with, frozen."""
-        return self._config
+        return self._runtime.config
 
     @property
     def state(self) -> ServiceState:
         """Where the service is in its life: idle, running, closing or closed."""
-        return self._state
+        return self._runtime.state
 
     def __repr__(self) -> str:
-        handled = ", ".join(sorted(self._registrations)) or "none"
         return (
-            f"<EventService {self._state.value} prefix={self._config.prefix!r} handlers={handled}>"
+            f"<EventService {self.state.value} prefix={self.config.prefix!r} "
+            f"handlers={self._delivery!r}>"
         )
 
     async def __aenter__(self) -> EventService:
-        if self._state is not ServiceState.IDLE:
-            raise ServiceStateError(
-                f"the service is {self._state.value}; build a new one instead of re-entering it"
-            )
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
-        self._handler_threads = anyio.CapacityLimiter(self._config.handler_threads)
-        self._state = ServiceState.RUNNING
-        # From here every call of the service waits its turn for one of a few connections,
-        # however many types it produces and consumes (see call_gate.py).
-        open_gate(self._client)
-        self._start_background("lease renewals", self._leases.run)
-        self._start_wake_ups()
-        if self._config.loop_blocking_threshold > 0:
-            watchdog = LoopWatchdog(self._config.loop_blocking_threshold, self._handler_codes)
-            self._start_background("loop watchdog", watchdog.run)
-        for registration in self._registrations.values():
-            self._start_consumer(registration)
-        for schedule in self._schedules.values():
-            self._start_keeper(schedule)
+        await self._runtime.start()
+        self._delivery.start()
+        self._schedules.start()
         return self
 
     async def __aexit__(
@@ -145,51 +90,265 @@ class EventService(
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        """Stops the service; an error of the `async with` body leaves exactly as raised.
-
-        The task group is how the service owns its tasks, not something its caller should
-        see. anyio wraps any error its host code raises in an ExceptionGroup, which would
-        turn `except KeyError` or `except redis.exceptions.ConnectionError` around the block
-        into dead code. Two rules keep it inside, as aiojobs keeps its jobs' errors from its
-        caller: background tasks never raise into the group (see ServiceBase._supervised: a
-        crash is logged and raised as ServiceFailedError by the next operation or here), and
-        the body's error is not handed to the group (only a cancellation is, so the group's
-        scope can tell whether it caused it). Unwrapping a one-error group afterwards, the
-        other common fix, loses the error's place in the traceback and fails as soon as a
-        second error joins it.
-        """
-        assert self._task_group is not None
-        self._state = ServiceState.CLOSING
+        """Stops the service; an error of the `async with` body leaves exactly as raised
+        (see Runtime.stop)."""
+        self._runtime.state = ServiceState.CLOSING
         try:
-            # Phase 1: take nothing new, and give back what no handler began. Phase 2: let
-            # running handlers finish within the grace period. Phase 3: cut off the handlers
-            # still running and give their events back (a sync handler's thread cannot be
-            # cut off: it is waited for, its lease renewed meanwhile), then cancel the rest.
-            if self._dispatcher is not None:
-                self._dispatcher.stop()
-            consumers = [r.consumer for r in self._registrations.values() if r.consumer]
-            for consumer in consumers:
-                consumer.stop_taking()
-            with anyio.move_on_after(self._config.shutdown_grace):
-                for consumer in consumers:
-                    await consumer.wait_finished()
-            for consumer in consumers:
-                consumer.cut_off()
-            for consumer in consumers:
-                await consumer.wait_finished()
-            self._task_group.cancel_scope.cancel()
+            await self._delivery.stop()
+            self._runtime.cancel_background()
         finally:
-            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
-            try:
-                if cancelled:
-                    await self._task_group.__aexit__(exc_type, exc, traceback)
-                else:
-                    await self._task_group.__aexit__(None, None, None)
-            finally:
-                self._task_group = None
-                self._state = ServiceState.CLOSED
-                await close_gate(self._client)
-                if self._owns_client:
-                    await self._client.aclose()
+            await self._runtime.stop(exc_type, exc, traceback)
         if exc is None:
-            self._raise_background_failure()
+            self._runtime.raise_failure()
+
+    # -- producing ---------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        event: Event,
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+        max_wait: Duration | None = None,
+    ) -> bool:
+        """Schedules `event` after `delay` (timedelta or seconds) or at `at` (aware datetime).
+
+        Returns True when scheduled, False when an event with the same type and id was
+        already pending and was kept. `replace=True` overwrites it instead: new payload,
+        context and due time, fresh attempt count. `max_wait` (with `replace=True`) makes it
+        a bounded debounce: however often the event is replaced, it is due no later than the
+        first enqueue of the pending version plus `max_wait`.
+
+        With the builder's `durability(...)`, returns only once the replicas have the event,
+        else raises DurabilityError: the event may exist, and enqueueing it again is safe.
+        """
+        return await self._producing.enqueue(event, delay, at, context, replace, max_wait)
+
+    async def enqueue_many(
+        self,
+        events: Iterable[Event],
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+        max_wait: Duration | None = None,
+    ) -> list[bool]:
+        """Schedules many events with one due time and context, a few script calls in all.
+
+        Returns, per event in order, what enqueue() would have. Every event is validated
+        before anything is written. With `durability(...)`, DurabilityError means some of the
+        events may exist: enqueue them all again.
+        """
+        return await self._producing.enqueue_many(events, delay, at, context, replace, max_wait)
+
+    async def cancel(self, event_class: type[Event], event_id: str) -> bool:
+        """Removes a pending event; once this returns, no handler will be handed it.
+
+        A handler that is already running it is not interrupted. Returns False if no event
+        with that id was pending.
+        """
+        return await self._producing.cancel(event_class, event_id)
+
+    async def run_now(self, event_class: type[Event], event_id: str) -> bool:
+        """Makes a pending event due now, keeping its attempt count; False when no such
+        event is pending (a dead one is put back with `requeue`) or when an attempt of it
+        is under way."""
+        return await self._producing.run_now(event_class, event_id)
+
+    async def reschedule(
+        self,
+        event_class: type[Event],
+        event_id: str,
+        delay: Duration | None = None,
+        *,
+        at: datetime | None = None,
+    ) -> bool:
+        """Moves a pending event to a new due time, `delay` from now or `at`, keeping its
+        payload, context and attempt count, in one atomic step (it is never unscheduled in
+        between). False for an unknown id, a dead event, or one whose attempt is under way."""
+        return await self._producing.reschedule(event_class, event_id, delay, at)
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    def add_handler(
+        self,
+        event_class: type[E],
+        handler: Callable[[E], Awaitable[bool]] | Callable[[E], bool],
+        *,
+        parallelism: int = 1,
+    ) -> None:
+        """Delivers due events of `event_class` to `handler`, at most `parallelism` at once.
+
+        Works before and while the service runs. The handler returns True when done; False,
+        an exception, the handler timeout or any other return value mean "try again later".
+        An `async def` handler runs on the event loop; a plain function runs in a worker
+        thread (see EventServiceBuilder.handler_threads).
+
+        Raises HandlerRegistrationError for a handler that could never work: not callable,
+        a coroutine object instead of the function, a first parameter annotated with
+        another event class, `parallelism` below 1, or a type that already has a handler.
+        Raises EventDefinitionError for an event class with a field that cannot round-trip
+        through JSON, or a `__serial_key__` that names no field.
+        """
+        self._delivery.add(event_class, handler, parallelism)
+
+    @overload
+    def handler(
+        self, event_class: type[Event] | None = None, /, *, parallelism: int = 1
+    ) -> Callable[[F], F]: ...
+
+    @overload
+    def handler(self, function: F, /) -> F: ...
+
+    def handler(
+        self, target: type[Event] | Callable[..., Any] | None = None, /, *, parallelism: int = 1
+    ) -> Any:
+        """The decorator form of add_handler: `@service.handler(PaymentCheck, parallelism=4)`
+        above the handler registers it exactly as add_handler does and returns it unchanged.
+        The event class may be left out when the handler's first parameter is annotated with
+        it (`@service.handler(parallelism=4)` or plain `@service.handler`)."""
+        if target is not None and not isinstance(target, type):
+            return self._register_annotated(None, target, parallelism)  # bare @service.handler
+
+        def register(function: F) -> F:
+            return self._register_annotated(target, function, parallelism)
+
+        return register
+
+    def _register_annotated(
+        self, event_class: type[Event] | None, function: F, parallelism: int
+    ) -> F:
+        chosen = event_class if event_class is not None else annotated_event_class(function)
+        if chosen is None:
+            raise HandlerRegistrationError(
+                f"cannot tell which events {getattr(function, '__qualname__', function)!r} "
+                "takes: annotate its first parameter with the event class, or name the class "
+                "(@service.handler(PaymentCheck))"
+            )
+        self.add_handler(chosen, function, parallelism=parallelism)
+        return function
+
+    def remove_handler(self, event_class: type[Event]) -> bool:
+        """Stops delivering `event_class` here; running handlers finish. False if none was set."""
+        return self._delivery.remove(event_class)
+
+    # -- recurring schedules -----------------------------------------------------------------
+
+    def add_schedule(
+        self,
+        name: str,
+        *,
+        event: Callable[[datetime], Event],
+        cron: str | None = None,
+        every: Duration | None = None,
+        tz: str = "UTC",
+        misfire: Misfire = "once",
+        max_catch_up: int = 100,
+    ) -> None:
+        """Declares a recurring schedule: `event(tick)` is enqueued for each tick, due at the
+        tick, once per tick however many services declare the same schedule.
+
+        `cron` (five fields, evaluated in `tz` with Debian cron's DST rules) or `every` (an
+        interval anchored to the Unix epoch). `event` receives the tick as an aware datetime in
+        `tz` and must derive the event's id from it; it is called once here, with the next
+        tick, to learn the event type, so it must have no side effects. `misfire` says what
+        happens to ticks missed while no service ran: "skip" them, produce "once" (the latest,
+        now; the default), or "all" of them (the latest `max_catch_up`). Works before and
+        while the service runs. A name is unique per prefix and its most recent declaration
+        wins: declared with an event of another type, the name moves, and the other type's
+        schedule and its pending tick are removed before this one's first tick.
+        """
+        self._schedules.add(
+            name,
+            event=event,
+            cron=cron,
+            every=every,
+            tz=tz,
+            misfire=misfire,
+            max_catch_up=max_catch_up,
+        )
+
+    async def remove_schedule(self, name: str) -> bool:
+        """Stops the schedule everywhere, whichever event type holds the name: its record
+        and its pending next tick are deleted (every service's keeper then stops). False
+        when Redis held no such schedule."""
+        return await self._schedules.remove(name)
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule of the prefix, declared by this service or another, by name."""
+        return await self._schedules.listed()
+
+    # -- administration ----------------------------------------------------------------------
+
+    async def dead_letters(self, event_class: type[E], limit: int = 100) -> list[DeadLetter]:
+        """The newest `limit` dead letters of a type, each with its last error."""
+        return await self._administration.dead_letters(event_class, limit)
+
+    async def requeue(self, event_class: type[Event], event_id: str) -> bool:
+        """Puts a dead event back, due now, with a fresh attempt count.
+
+        False when there is no such dead letter, when an event with that id is pending (both
+        are kept), or when the dead letter's envelope is unreadable.
+        """
+        return await self._administration.requeue(event_class, event_id)
+
+    async def pending(
+        self,
+        event_class: type[Event],
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        due_before: datetime | None = None,
+        due_after: datetime | None = None,
+    ) -> PendingPage:
+        """A page of pending events of a type, in schedule order (at most 1000).
+
+        Pass the page's `next_cursor` to get the next one, until it is None. The pages of one
+        walk list an event at most once while the queue moves: an event that stays where it
+        is is listed once, one that is dispatched, claimed, retried, rescheduled, replaced or
+        enqueued after the first page may be missing (so a page can hold fewer events than
+        `limit`, even none, and still have a next one). `due_before` / `due_after` (aware
+        datetimes) bound the due times listed. Raises InvalidCursorError (a ValueError) for a
+        cursor no page handed out.
+        """
+        return await self._administration.pending(event_class, limit, cursor, due_before, due_after)
+
+    async def inspect(self, event_class: type[Event], event_id: str) -> EventInfo | None:
+        """The event's state, due time, attempt and retries left, last error, payload and
+        context, pending or dead; None when the queue holds no event with that id."""
+        return await self._administration.inspect(event_class, event_id)
+
+    async def pause(self, event_class: type[Event]) -> None:
+        """Stops every service of the prefix from taking events of the type, within one
+        script call: pending events wait in Redis with their due times (enqueue, replace and
+        cancel go on working), deliveries not yet claimed go back to the schedule with their
+        attempt uncounted, and handlers already running finish. Lasts until resume(), across
+        restarts."""
+        await self._administration.pause(event_class)
+
+    async def resume(self, event_class: type[Event]) -> bool:
+        """Lets every service take the type's events again, everything that came due during
+        the pause first, in due order. False when the type was not paused."""
+        return await self._administration.resume(event_class)
+
+    async def paused(self) -> set[str]:
+        """The wire names of the prefix's paused types."""
+        return await self._administration.paused()
+
+    async def run_due(self, within: Duration = 0) -> int:
+        """Handles now, through this running service's handlers, every event of the types it
+        handles that is due within `within` from now, including the retries of failed
+        attempts that come due within that window; returns once none is left in it (and none
+        is being handled). Returns how many events it made due early.
+
+        Meant for tests ("the payment check in 3 hours": `await service.run_due(timedelta(
+        hours=3))`): events go through the real scripts, so attempts count, retries back off
+        inside the window and dead letters happen as in production. Each round reads every
+        pending event of the handled types, which suits a test's queue, not a production
+        one. Bound it with `anyio.fail_after` (or `asyncio.timeout`) where a handler may
+        never succeed.
+        """
+        return await self._administration.run_due(within)
