@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import itertools
+import textwrap
 from datetime import timedelta
 
 import pytest
@@ -16,6 +20,10 @@ from aioqueue import (
     JsonSerializer,
     NoMetrics,
 )
+from aioqueue._model.config import ServiceConfig
+from aioqueue._model.settings import settings_of
+from aioqueue._service.builder import EventServiceBuilder
+from aioqueue._sync.producer import SyncProducer
 from aioqueue._transport.client import client_from_url
 
 
@@ -30,6 +38,50 @@ def test_defaults_are_documented_values() -> None:
     assert isinstance(config.retry_policy, ExponentialBackoff)
     assert isinstance(config.serializer, JsonSerializer)
     assert isinstance(config.metrics, NoMetrics)
+
+
+def test_every_setting_is_declared_once_on_the_builder_and_is_a_config_field() -> None:
+    declared = [setting.name for setting in settings_of(EventServiceBuilder)]
+    fields = [field.name for field in dataclasses.fields(ServiceConfig)]
+    assert len(set(declared)) == len(declared)
+    # The config's fields are the declared settings, in order, then the four the builder
+    # assembles from several calls (per type, or a pair of values).
+    assert fields == [*declared, "enable_scheduling", "partitions", "rate_limits", "durability"]
+    for setting in settings_of(EventServiceBuilder):
+        assert getattr(EventServiceBuilder, setting.name) is setting
+        # Every setting says what it does and its default where the builder declares it.
+        assert "default" in _attribute_docstring(EventServiceBuilder, setting.name)
+
+
+def test_sync_producer_takes_the_builders_defaults_and_checks() -> None:
+    producer = SyncProducer("redis://127.0.0.1:1")
+    service = EventService.builder().url("redis://127.0.0.1:1").build()
+    for name in ("prefix", "max_payload_bytes"):
+        assert getattr(producer._config, name) == getattr(service.config, name)
+    for name in ("serializer", "metrics", "instrumentation"):
+        assert type(getattr(producer._config, name)) is type(getattr(service.config, name))
+    producer.close()
+    with pytest.raises(ConfigurationError, match="max_payload_bytes must be an integer"):
+        SyncProducer("redis://127.0.0.1:1", max_payload_bytes=0)
+    with pytest.raises(ConfigurationError, match="max_payload_bytes must be an integer"):
+        EventService.builder().url("redis://127.0.0.1:1").max_payload_bytes(0).build()
+
+
+def _attribute_docstring(owner: type, name: str) -> str:
+    """The string literal right below `name = ...` in the class body."""
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(owner))).body[0]
+    assert isinstance(body, ast.ClassDef)
+    statements = body.body
+    for statement, following in itertools.pairwise(statements):
+        if (
+            isinstance(statement, ast.Assign)
+            and [getattr(target, "id", None) for target in statement.targets] == [name]
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+        ):
+            return str(following.value.value)
+    raise AssertionError(f"{name} has no docstring on {owner.__name__}")
 
 
 def test_durations_accept_timedelta_and_seconds() -> None:

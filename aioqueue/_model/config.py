@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .durations import Duration, to_seconds
 from .errors import ConfigurationError
@@ -76,7 +76,9 @@ class Durability:
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """Settings of an EventService. Durations are in seconds."""
+    """Settings of an EventService, as the builder checked them; durations in seconds. Each
+    setting's meaning, default and range are declared once, on EventServiceBuilder, under
+    the same name; the builder test holds the two together."""
 
     prefix: str
     scheduling_interval: float
@@ -84,28 +86,22 @@ class ServiceConfig:
     retry_attempts: int
     polling_timeout: float
     handler_timeout: float
+    lease: float
     shutdown_grace: float
-    enable_scheduling: bool
+    max_payload_bytes: int
+    loop_blocking_threshold: float
+    handler_threads: int
     retry_policy: RetryPolicy
     serializer: Serializer
     metrics: Metrics
     instrumentation: Instrumentation
-    """Hooks around enqueue and handler calls (aioqueue.tracing)."""
-    max_payload_bytes: int
-    """Largest payload plus context (UTF-8 bytes) an enqueue accepts."""
-    loop_blocking_threshold: float
-    """Warn when the event loop stalls this long while a handler runs; 0 turns it off."""
-    handler_threads: int
-    """Most worker threads the service's sync (plain function) handlers use at once."""
+    enable_scheduling: bool
     partitions: Mapping[str, int]
     """Event type wire name -> partition count, for the types that have more than one."""
-    rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+    rate_limits: Mapping[str, RateLimit]
     """Event type wire name -> the rate limit this service records for it, if any."""
-    durability: Durability | None = None
+    durability: Durability | None
     """How enqueues are confirmed before they return; None: as soon as the primary has them."""
-    lease: float = 5.0
-    """How long an attempt stays a worker's without a renewal: its live worker renews it
-    every third of this, so it bounds how late a dead worker's events come back."""
 
     @property
     def lease_ms(self) -> int:

@@ -8,22 +8,21 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aioqueue._model.checks import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    MAX_PAYLOAD_BYTES_LIMIT,
-    checked,
-    int_in_range,
-    refuse_partitioned_serial_key,
-)
+from aioqueue._model.checks import checked, int_in_range, refuse_partitioned_serial_key
 from aioqueue._model.config import Durability, ServiceConfig
 from aioqueue._model.durations import Duration, to_seconds
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
-from aioqueue._model.instrumentation import Instrumentation, NoInstrumentation
-from aioqueue._model.metrics import Metrics, NoMetrics
 from aioqueue._model.rate_limit import RateLimit
 from aioqueue._model.retry import ExponentialBackoff, RetryPolicy
-from aioqueue._model.serializer import JsonSerializer, Serializer
+from aioqueue._model.settings import Setting, any_value, integer, seconds, settings_of
+from aioqueue._producing.settings import (
+    INSTRUMENTATION,
+    MAX_PAYLOAD_BYTES,
+    METRICS,
+    PREFIX,
+    SERIALIZER,
+)
 from aioqueue._transport.call_gate import CONNECTIONS_NEEDED, check_room
 from aioqueue._transport.client import (
     RedisClient,
@@ -31,7 +30,7 @@ from aioqueue._transport.client import (
     service_client_of_sentinels,
 )
 from aioqueue._transport.sentinel import sentinel_settings
-from aioqueue._wire.keys import MAX_PARTITIONS, validate_prefix
+from aioqueue._wire.keys import MAX_PARTITIONS
 
 # The builder and the service stay a pair (`EventService.builder()` is the one way in, as in
 # the Java library this API follows), but only the service imports the builder at run time:
@@ -58,35 +57,90 @@ class _ServiceFactory(Protocol):
 class EventServiceBuilder:
     """Collects the settings of an EventService; `build()` checks them all at once.
 
-    Get one from `EventService.builder()`. Every setting returns the builder, so calls
+    Get one from `EventService.builder()`. Each setting listed below is set by calling it
+    with its value, `builder.lease(timedelta(seconds=10))`, and returns the builder, so calls
     chain; every duration takes a `timedelta` or seconds. A value out of range fails at
     `build()` with ConfigurationError naming the setting and the allowed range.
     """
 
+    prefix = PREFIX
+    """First part of every key (default "aioqueue"; 1-64 letters, digits and `_.:-`);
+    services with different prefixes never see each other's events."""
+
+    scheduling_interval = Setting[Duration, float](0.5, seconds(0.001, 3600))
+    """How often the service looks at every queue it dispatches and consumes, in one
+    pipelined call, for work no wake-up announced (default 0.5 s). An enqueue that brings the
+    earliest due time forward wakes the dispatchers at once, so this bounds how late an event
+    enqueued by another process without a wake-up can be."""
+
+    scheduling_batch_size = Setting(100, integer(1, 10_000))
+    """Most due events one dispatcher script call moves (default 100); a ready list holds at
+    most two batches. A call moves about three claims of the handler's parallelism (at least
+    16) when that is fewer, so that the server moves events while the handlers run instead
+    of the handlers waiting for one long call."""
+
+    retry_attempts = Setting(10, integer(1, 1_000_000))
+    """Most times an event is handed to a handler before it goes to the dead letters
+    (default 10)."""
+
+    polling_timeout = Setting[Duration, float](1.0, seconds(0.01, 3600))
+    """How often a paused type's consumer asks again whether the pause is over (default
+    1 s)."""
+
+    handler_timeout = Setting[Duration, float](30.0, seconds(0.001, 7 * 24 * 3600))
+    """Handlers running longer are cut and count as failed (default 30 s); the worker
+    enforces it, and a retry never starts while the handler runs."""
+
+    lease = Setting[Duration, float](5.0, seconds(0.1, 3600))
+    """How long an event a worker holds stays its own without a renewal (default 5 s, 0.1 s
+    to 1 hour). A live worker renews everything it holds every third of this, in one call
+    per queue, so a handler may run as long as its handler timeout; when a worker dies or
+    loses Redis, its events are due again within this."""
+
+    shutdown_grace = Setting[Duration, float](10.0, seconds(0, 3600))
+    """How long leaving `async with` waits for running handlers before cancelling them
+    (default 10 s); a cancelled handler's event is given back, due now."""
+
+    max_payload_bytes = MAX_PAYLOAD_BYTES
+    """Largest payload plus context an enqueue accepts (default 1 MiB); larger ones raise
+    PayloadTooLargeError before anything is written."""
+
+    loop_blocking_threshold = Setting[Duration, float](0.5, seconds(0, 3600))
+    """Warn, naming the handler, when a handler blocks the event loop this long (default
+    0.5 s; 0 turns the check off)."""
+
+    handler_threads = Setting(DEFAULT_HANDLER_THREADS, integer(1, 10_000))
+    """Most worker threads the sync (plain `def`) handlers of this service use at once, all
+    handlers together (default 40). Each sync handler also stays within its own
+    `parallelism`."""
+
+    retry_policy = Setting[RetryPolicy, RetryPolicy](ExponentialBackoff(), any_value)
+    """The delay before each retry (default `ExponentialBackoff(base=1, cap=3600,
+    jitter=True)`); `FixedDelays([...])`, or any object with `delay(attempt) -> seconds`."""
+
+    serializer = SERIALIZER
+    """How payloads are encoded and decoded (default `JsonSerializer()`: typed JSON for
+    dataclasses, msgspec Structs and pydantic models). Other producers and the operator
+    tools read JSON, so replace it only with a serializer that writes JSON too."""
+
+    metrics = METRICS
+    """Receives a report of every enqueue, dispatch and handler call (default
+    `NoMetrics()`); `aioqueue.prometheus.PrometheusMetrics()` exports them."""
+
+    instrumentation = INSTRUMENTATION
+    """Hooks around enqueue and handler calls (default `NoInstrumentation()`: none), e.g.
+    `aioqueue.tracing.OpenTelemetryTracing()`, a W3C trace context that travels with each
+    event."""
+
     def __init__(self, factory: _ServiceFactory) -> None:
         self._factory = factory
+        self._values: dict[str, Any] = {}
+        """What each setting (see the class attributes) was set to, by name."""
         self._client: RedisClient | None = None
         self._url: str | None = None
         # (sentinels, service_name, options), checked at build()
         self._sentinels: tuple[tuple[Any, ...], str, dict[str, Any]] | None = None
-        self._prefix = "aioqueue"
-        self._durations: dict[str, Duration] = {
-            "scheduling_interval": 0.5,
-            "polling_timeout": 1.0,
-            "handler_timeout": 30.0,
-            "lease": 5.0,
-            "shutdown_grace": 10.0,
-            "loop_blocking_threshold": 0.5,
-        }
-        self._max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
-        self._batch_size = 100
-        self._handler_threads = DEFAULT_HANDLER_THREADS
-        self._retry_attempts = 10
         self._enable_scheduling = True
-        self._retry_policy: RetryPolicy = ExponentialBackoff()
-        self._serializer: Serializer = JsonSerializer()
-        self._metrics: Metrics = NoMetrics()
-        self._instrumentation: Instrumentation = NoInstrumentation()
         self._partitions: dict[str, int] = {}
         self._rate_limits: dict[str, tuple[int, Duration]] = {}
         self._durability: tuple[int, Duration] | None = None
@@ -122,107 +176,9 @@ class EventServiceBuilder:
         self._url, self._client = None, None
         return self
 
-    def prefix(self, prefix: str) -> EventServiceBuilder:
-        """First part of every key (default "aioqueue"; 1-64 letters, digits and `_.:-`);
-        services with different prefixes never see each other's events."""
-        self._prefix = prefix
-        return self
-
-    def scheduling_interval(self, interval: Duration) -> EventServiceBuilder:
-        """How often the service looks at every queue it dispatches and consumes, in one
-        pipelined call, for work no wake-up announced (default 0.5 s). An enqueue that
-        brings the earliest due time forward wakes the dispatchers at once, so this bounds
-        how late an event enqueued by another process without a wake-up can be."""
-        self._durations["scheduling_interval"] = interval
-        return self
-
-    def scheduling_batch_size(self, size: int) -> EventServiceBuilder:
-        """Most due events one dispatcher script call moves (default 100); a ready list
-        holds at most two batches. A call moves about three claims of the handler's
-        parallelism (at least 16) when that is fewer, so that the server moves events while
-        the handlers run instead of the handlers waiting for one long call."""
-        self._batch_size = size
-        return self
-
-    def retry_attempts(self, attempts: int) -> EventServiceBuilder:
-        """Most times an event is handed to a handler before it goes to the dead letters
-        (default 10)."""
-        self._retry_attempts = attempts
-        return self
-
-    def polling_timeout(self, timeout: Duration) -> EventServiceBuilder:
-        """How often a paused type's consumer asks again whether the pause is over (default
-        1 s)."""
-        self._durations["polling_timeout"] = timeout
-        return self
-
-    def handler_timeout(self, timeout: Duration) -> EventServiceBuilder:
-        """Handlers running longer are cut and count as failed (default 30 s); the worker
-        enforces it, and a retry never starts while the handler runs."""
-        self._durations["handler_timeout"] = timeout
-        return self
-
-    def lease(self, lease: Duration) -> EventServiceBuilder:
-        """How long an event a worker holds stays its own without a renewal (default 5 s,
-        0.1 s to 1 hour). A live worker renews everything it holds every third of this, in
-        one call per queue, so a handler may run as long as its handler timeout; when a
-        worker dies or loses Redis, its events are due again within this."""
-        self._durations["lease"] = lease
-        return self
-
-    def shutdown_grace(self, grace: Duration) -> EventServiceBuilder:
-        """How long leaving `async with` waits for running handlers before cancelling them
-        (default 10 s); a cancelled handler's event is delivered again later."""
-        self._durations["shutdown_grace"] = grace
-        return self
-
-    def max_payload_bytes(self, limit: int) -> EventServiceBuilder:
-        """Largest payload plus context an enqueue accepts (default 1 MiB); larger ones raise
-        PayloadTooLargeError before anything is written."""
-        self._max_payload_bytes = limit
-        return self
-
-    def loop_blocking_threshold(self, threshold: Duration) -> EventServiceBuilder:
-        """Warn, naming the handler, when a handler blocks the event loop this long (default
-        0.5 s; 0 turns the check off)."""
-        self._durations["loop_blocking_threshold"] = threshold
-        return self
-
-    def handler_threads(self, threads: int) -> EventServiceBuilder:
-        """Most worker threads the sync (plain `def`) handlers of this service use at once,
-        all handlers together (default 40). Each sync handler also stays within its own
-        `parallelism`."""
-        self._handler_threads = threads
-        return self
-
     def enable_scheduling(self, enabled: bool = True) -> EventServiceBuilder:
         """False: this service runs no dispatcher (it only produces, or only consumes)."""
         self._enable_scheduling = enabled
-        return self
-
-    def retry_policy(self, policy: RetryPolicy) -> EventServiceBuilder:
-        """The delay before each retry (default `ExponentialBackoff(base=1, cap=3600,
-        jitter=True)`); `FixedDelays([...])`, or any object with `delay(attempt) -> seconds`."""
-        self._retry_policy = policy
-        return self
-
-    def serializer(self, serializer: Serializer) -> EventServiceBuilder:
-        """How payloads are encoded and decoded (default `JsonSerializer()`: typed JSON for
-        dataclasses, msgspec Structs and pydantic models). Other producers and the operator
-        tools read JSON, so replace it only with a serializer that writes JSON too."""
-        self._serializer = serializer
-        return self
-
-    def metrics(self, metrics: Metrics) -> EventServiceBuilder:
-        """Receives a report of every enqueue, dispatch and handler call (default
-        `NoMetrics()`); `aioqueue.prometheus.PrometheusMetrics()` exports them."""
-        self._metrics = metrics
-        return self
-
-    def instrumentation(self, instrumentation: Instrumentation) -> EventServiceBuilder:
-        """Hooks around enqueue and handler calls, e.g. `aioqueue.tracing.OpenTelemetryTracing()`
-        (a W3C trace context that travels with each event)."""
-        self._instrumentation = instrumentation
         return self
 
     def partitions(self, event_class: type[Event], partitions: int) -> EventServiceBuilder:
@@ -261,27 +217,10 @@ class EventServiceBuilder:
 
     def build(self) -> EventService:
         """Validates every setting and returns the service; raises ConfigurationError."""
+        declared = {setting.name: setting.value(self) for setting in settings_of(type(self))}
         config = ServiceConfig(
-            prefix=checked(validate_prefix, self._prefix, "prefix"),
-            scheduling_interval=self._seconds("scheduling_interval", 0.001, 3600),
-            scheduling_batch_size=int_in_range(
-                "scheduling_batch_size", self._batch_size, 1, 10_000
-            ),
-            retry_attempts=int_in_range("retry_attempts", self._retry_attempts, 1, 1_000_000),
-            polling_timeout=self._seconds("polling_timeout", 0.01, 3600),
-            handler_timeout=self._seconds("handler_timeout", 0.001, 7 * 24 * 3600),
-            lease=self._seconds("lease", 0.1, 3600),
-            shutdown_grace=self._seconds("shutdown_grace", 0, 3600),
+            **declared,
             enable_scheduling=bool(self._enable_scheduling),
-            retry_policy=self._retry_policy,
-            serializer=self._serializer,
-            metrics=self._metrics,
-            instrumentation=self._instrumentation,
-            max_payload_bytes=int_in_range(
-                "max_payload_bytes", self._max_payload_bytes, 1, MAX_PAYLOAD_BYTES_LIMIT
-            ),
-            loop_blocking_threshold=self._seconds("loop_blocking_threshold", 0, 3600),
-            handler_threads=int_in_range("handler_threads", self._handler_threads, 1, 10_000),
             partitions=MappingProxyType(
                 {
                     event_type: int_in_range(
@@ -325,10 +264,3 @@ class EventServiceBuilder:
             count = int_in_range(f"{name} limit", limit, 1, 1_000_000)
             limits[event_type] = RateLimit(count, round(seconds * 1000))
         return limits
-
-    def _seconds(self, name: str, low: float, high: float) -> float:
-        value = self._durations[name]
-        seconds = checked(lambda v: to_seconds(v, name), value, name)
-        if not low <= seconds <= high:
-            raise ConfigurationError(f"{name} must be between {low} and {high} s, got {value!r}")
-        return seconds

@@ -29,20 +29,21 @@ from typing import TypeVar
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from aioqueue._model.checks import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    MAX_PAYLOAD_BYTES_LIMIT,
-    checked,
-    int_in_range,
-    refuse_partitioned_serial_key,
-)
+from aioqueue._model.checks import checked, int_in_range, refuse_partitioned_serial_key
 from aioqueue._model.config import Durability, ProducerConfig
 from aioqueue._model.durations import Duration
 from aioqueue._model.errors import ConfigurationError, ServiceStateError
 from aioqueue._model.event import Event, event_type_name
-from aioqueue._model.instrumentation import Instrumentation, NoInstrumentation
-from aioqueue._model.metrics import Metrics, NoMetrics
-from aioqueue._model.serializer import JsonSerializer, Serializer
+from aioqueue._model.instrumentation import Instrumentation
+from aioqueue._model.metrics import Metrics
+from aioqueue._model.serializer import Serializer
+from aioqueue._producing.settings import (
+    INSTRUMENTATION,
+    MAX_PAYLOAD_BYTES,
+    METRICS,
+    PREFIX,
+    SERIALIZER,
+)
 from aioqueue._producing.writes import (
     DueTime,
     EnqueueItem,
@@ -58,7 +59,7 @@ from aioqueue._transport.client import SyncRedisClient, producer_client_from_url
 from aioqueue._transport.recovery import logger
 from aioqueue._transport.steps import Steps, run_steps_sync
 from aioqueue._wire.event_types import EventTypeRecord, EventTypes
-from aioqueue._wire.keys import MAX_PARTITIONS, validate_prefix
+from aioqueue._wire.keys import MAX_PARTITIONS
 
 __all__ = ["SyncProducer"]
 
@@ -93,9 +94,9 @@ class SyncProducer:
         url: str | None = None,
         *,
         client: SyncRedisClient | None = None,
-        prefix: str = "aioqueue",
+        prefix: str = PREFIX.default,
         partitions: Mapping[type[Event], int] | None = None,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES.default,
         serializer: Serializer | None = None,
         instrumentation: Instrumentation | None = None,
         metrics: Metrics | None = None,
@@ -104,13 +105,13 @@ class SyncProducer:
         if (url is None) == (client is None):
             raise ConfigurationError("give SyncProducer a Redis url or a client (one of them)")
         self._config = ProducerConfig(
-            prefix=checked(validate_prefix, prefix, "prefix"),
-            serializer=JsonSerializer() if serializer is None else serializer,
-            metrics=NoMetrics() if metrics is None else metrics,
-            instrumentation=NoInstrumentation() if instrumentation is None else instrumentation,
-            max_payload_bytes=int_in_range(
-                "max_payload_bytes", max_payload_bytes, 1, MAX_PAYLOAD_BYTES_LIMIT
+            prefix=PREFIX.of(prefix),
+            serializer=SERIALIZER.of(SERIALIZER.default if serializer is None else serializer),
+            metrics=METRICS.of(METRICS.default if metrics is None else metrics),
+            instrumentation=INSTRUMENTATION.of(
+                INSTRUMENTATION.default if instrumentation is None else instrumentation
             ),
+            max_payload_bytes=MAX_PAYLOAD_BYTES.of(max_payload_bytes),
             partitions=MappingProxyType(_partition_counts(partitions or {})),
             durability=Durability.checked(durability),
         )
