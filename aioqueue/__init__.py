@@ -28,14 +28,17 @@ from ._model.errors import (
     ServiceStateError,
 )
 from ._model.event import Event, event_context, event_type_name
+from ._model.health import HealthReport
 from ._model.instrumentation import HandlingScope, Instrumentation, NoInstrumentation
 from ._model.metrics import Metrics, NoMetrics, Outcome
 from ._model.retry import ExponentialBackoff, FixedDelays, RetryPolicy
 from ._model.serializer import JsonSerializer, Serializer
+from ._model.workers import Worker, WorkerHandler, WorkerState
 from ._recurring.records import ScheduleInfo
 from ._service.builder import EventServiceBuilder
 from ._service.service import EventService, ServiceState
 from ._sync.producer import SyncProducer
+from ._version import __version__ as __version__
 from ._wire.browse import EventInfo, PendingEvent, PendingPage
 from ._wire.envelope import DeadLetter
 
@@ -55,6 +58,7 @@ __all__ = [
     "FixedDelays",
     "HandlerRegistrationError",
     "HandlingScope",
+    "HealthReport",
     "Instrumentation",
     "InvalidCursorError",
     "InvalidEnqueueError",
@@ -80,10 +84,10 @@ __all__ = [
     "ServiceState",
     "ServiceStateError",
     "SyncProducer",
+    "Worker",
+    "WorkerHandler",
+    "WorkerState",
     "current_delivery",
     "event_context",
     "event_type_name",
 ]
-
-# The only place the version is written: pyproject.toml reads it from here.
-__version__ = "0.2.0.dev0"

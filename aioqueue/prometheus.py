@@ -14,9 +14,14 @@ Metric names (all labelled by `type`, the event type's wire name):
 - `aioqueue_delivery_lateness_seconds{type}` (histogram, server clock)
 - `aioqueue_queue_events{type, state="pending"|"due_now"|"ready"|"in_flight"|"dead"}` (gauge)
 - `aioqueue_queue_oldest_overdue_seconds{type}` (gauge)
+- `aioqueue_queue_live_workers{type}` (gauge: running workers with a handler for the type,
+  from the worker registry)
+- `aioqueue_redis_up` (gauge, no labels: 1 when the last refresh read Redis, 0 when it could
+  not)
 
 The queue gauges describe Redis, not this process, so they are set from `aioqueue stats`'
-numbers by `refresh_queue_depths` (the HTTP API's `/metrics` calls it on every scrape).
+numbers and the worker registry by `refresh_queue_depths` (the HTTP API's `/metrics` calls
+it on every scrape, and still answers, with `aioqueue_redis_up 0`, when Redis does not).
 """
 
 from __future__ import annotations
@@ -33,7 +38,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from aioqueue._admin.stats import QueueStats, read_stats
 from aioqueue._model.metrics import Outcome
+from aioqueue._model.workers import Worker, WorkerState
 from aioqueue._transport.client import RedisClient
+from aioqueue._transport.recovery import REDIS_ERRORS
+from aioqueue._wire.workers import read_workers
 
 __all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "QUEUE_STATES", "PrometheusMetrics"]
 
@@ -96,6 +104,15 @@ class PrometheusMetrics:
             ["type"],
             **kwargs,
         )
+        self.live_workers = Gauge(
+            "queue_live_workers",
+            "Running workers with a handler for the type (the worker registry)",
+            ["type"],
+            **kwargs,
+        )
+        self.redis_up = Gauge(
+            "redis_up", "1 when the last refresh of the queue gauges read Redis, else 0", **kwargs
+        )
 
     # -- the Metrics protocol ----------------------------------------------------------------
 
@@ -124,9 +141,24 @@ class PrometheusMetrics:
                 self.queue_events.labels(queue.event_type, state).set(getattr(queue, state))
             self.oldest_overdue.labels(queue.event_type).set(queue.oldest_overdue)
 
+    def set_live_workers(self, queues: Sequence[QueueStats], workers: Sequence[Worker]) -> None:
+        """Sets `aioqueue_queue_live_workers` of each queue from the live `workers`."""
+        running = [worker for worker in workers if worker.state is WorkerState.RUNNING]
+        for queue in queues:
+            count = sum(1 for worker in running if worker.handles(queue.event_type))
+            self.live_workers.labels(queue.event_type).set(count)
+
     async def refresh_queue_depths(
         self, client: RedisClient, prefix: str, event_types: Sequence[str] = ()
     ) -> None:
-        """Reads the queues of `prefix` from Redis and sets the gauges."""
-        snapshot = await read_stats(client, prefix, event_types)
+        """Reads the queues and the live workers of `prefix` from Redis and sets the gauges;
+        when Redis cannot be read, sets `aioqueue_redis_up` to 0 and raises."""
+        try:
+            snapshot = await read_stats(client, prefix, event_types)
+            listed = await read_workers(client, prefix)
+        except REDIS_ERRORS:
+            self.redis_up.set(0)
+            raise
+        self.redis_up.set(1)
         self.set_queue_depths(snapshot.queues)
+        self.set_live_workers(snapshot.queues, listed.workers)

@@ -179,5 +179,5 @@ async def test_the_worker_runs_on_the_event_loop_it_is_asked_for(redis_url: str)
             if worker.poll() is None:
                 worker.kill()
                 worker.communicate()
-        assert f"event loop {expected})" in started, (asked, started)
+        assert f"event loop {expected}, shutdown grace 5 s)" in started, (asked, started)
         assert worker.returncode == 0, stderr

@@ -244,13 +244,21 @@ async def test_every_route_answers_json_503_while_redis_is_down_and_recovers(
                 "/metrics": 200,
             }
             server.stop(keep_data=True)
-            for path, (status, content_type, body) in (await answers(client)).items():
+            during = await answers(client)
+            # A scrape still answers: that Redis is down is what it reports.
+            status, _, metrics = during.pop("/metrics")
+            assert status == 200
+            assert "aioqueue_redis_up 0.0" in metrics
+            for path, (status, content_type, body) in during.items():
                 assert (status, content_type) == (503, "application/json"), (path, body)
                 assert body["error"].startswith("Redis is unavailable: "), (path, body)
             server.start()
             assert (await client.get("/stats")).status_code == 200
+            assert "aioqueue_redis_up 1.0" in (await client.get("/metrics")).text
     # The page itself needs no Redis.
     port = free_port()
     with serve(f"redis://127.0.0.1:{port}", ready_path="/") as served:
         async with api_client(served.base_url, timeout=30) as client:
-            assert {status for status, _, _ in (await answers(client)).values()} == {503}
+            statuses = {path: status for path, (status, _, _) in (await answers(client)).items()}
+            assert statuses.pop("/metrics") == 200
+            assert set(statuses.values()) == {503}

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "aioqueue"
 LAYERS = {
     "testing": 0,
     "_model": 0,
+    "_version": 0,
     "_transport": 1,
     "_wire": 2,
     "_producing": 3,

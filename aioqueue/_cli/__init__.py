@@ -38,6 +38,7 @@ from aioqueue._cli._schema_cmd import add_schema_command
 from aioqueue._cli._serve_cmd import add_serve_command
 from aioqueue._cli._stats_cmd import add_stats_command
 from aioqueue._cli._worker_cmd import add_worker_command
+from aioqueue._cli._workers_cmd import add_workers_commands
 
 __all__ = ["build_parser", "main"]
 
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_functions_command(commands)
     add_cancel_command(commands)
     add_worker_command(commands)
+    add_workers_commands(commands)
     add_serve_command(commands)
     return parser
 

@@ -20,7 +20,10 @@ from typing import Any
 
 import anyio
 
-from aioqueue._service.service import EventService
+from aioqueue._model.errors import ServiceFailedError
+from aioqueue._service.health import PING_BOUND
+from aioqueue._service.health_server import HealthServer
+from aioqueue._service.service import EventService, replace_shutdown_grace
 
 from ._common import CommandError, Commands, UsageError, add_connection_options, check_reachable
 from ._worker_processes import (
@@ -33,6 +36,7 @@ from ._worker_processes import (
 __all__ = ["add_worker_command", "load_factory"]
 
 logger = logging.getLogger("aioqueue.worker")
+
 
 
 def add_worker_command(commands: Commands) -> None:
@@ -66,8 +70,51 @@ def add_worker_command(commands: Commands) -> None:
         "that need more than one core; the command stops them all on SIGINT/SIGTERM, and "
         "all of them, exiting non-zero, when one exits on its own (default 1)",
     )
+    parser.add_argument(
+        "--health-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="serve GET /livez, /readyz and /metrics on PORT for Kubernetes' probes (with "
+        "--processes, each process takes the next port: PORT, PORT+1, ...)",
+    )
+    parser.add_argument(
+        "--health-host",
+        default="0.0.0.0",
+        help="the address the health port listens on (default 0.0.0.0)",
+    )
+    parser.add_argument(
+        "--shutdown-grace",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="on SIGTERM, how long running handlers may finish before they are cut off and "
+        "their events given back; replaces the service's own shutdown_grace (default: that "
+        "one, 10 s unless the factory set another, which with the cut-off and the hand-back "
+        "fits inside Kubernetes' default terminationGracePeriodSeconds of 30)",
+    )
     parser.add_argument(SUPERVISED_FLAG, action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run_worker, event_loop=event_loop_of)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, got {text!r}")
+    return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"must be seconds from 0 to 3600, got {text!r}")
+    return seconds
 
 
 def _process_count(text: str) -> int:
@@ -152,12 +199,24 @@ async def run_worker(args: argparse.Namespace) -> int:
         # wrong --url would only show as a warning every few seconds: refuse it at start.
         await check_reachable(args.url)
     service = await make_service(factory, args.url, args.prefix)
+    if args.shutdown_grace is not None:
+        replace_shutdown_grace(service, args.shutdown_grace)
+    failure: Exception | None = None
     async with (
         stop_requests(supervised=args.stop_requests_from_stdin) as requests,
+        health_port(service, args.health_host, args.health_port),
         anyio.create_task_group() as watchers,
     ):
         stopping = anyio.Event()
         running = anyio.CancelScope()
+
+        async def watch_service() -> None:
+            # A service whose dispatcher or consumer died takes no more events: the worker
+            # exits (non-zero), for whatever runs it to start a new one.
+            nonlocal failure
+            failure = await service.wait_failed()
+            logger.critical("%s; stopping the worker", failure)
+            stopping.set()
 
         async def watch_signals() -> None:
             async for name in requests:
@@ -174,17 +233,43 @@ async def run_worker(args: argparse.Namespace) -> int:
 
         watchers.start_soon(watch_signals)
         with running:
-            async with service:
-                logger.info(
-                    "worker started: %r (pid %d, event loop %s)",
-                    service,
-                    os.getpid(),
-                    type(asyncio.get_running_loop()).__module__.split(".")[0],
-                )
-                await stopping.wait()
+            try:
+                async with service:
+                    watchers.start_soon(watch_service)
+                    logger.info(
+                        "worker started: %r (pid %d, event loop %s, shutdown grace %g s)",
+                        service,
+                        os.getpid(),
+                        type(asyncio.get_running_loop()).__module__.split(".")[0],
+                        service.config.shutdown_grace,
+                    )
+                    await stopping.wait()
+            except ServiceFailedError as exc:
+                failure = exc
         watchers.cancel_scope.cancel()
+    if failure is not None:
+        raise CommandError(f"the worker stopped: {failure}")
     logger.info("worker stopped%s", "" if not running.cancel_called else " (forced)")
     return 0
+
+
+@asynccontextmanager
+async def health_port(service: EventService, host: str, port: int | None) -> AsyncIterator[None]:
+    """Serves the service's probes on `port`, if given, for as long as the worker runs: from
+    before the service starts (not ready yet) until after it has stopped (alive while it
+    stops, so that a liveness probe does not kill a worker finishing its handlers)."""
+    if port is None:
+        yield
+        return
+    try:
+        server = HealthServer(service, host, port, ping_bound=PING_BOUND)
+        await server.__aenter__()
+    except OSError as exc:
+        raise CommandError(f"cannot serve the health port on {host}:{port}: {exc}") from exc
+    try:
+        yield
+    finally:
+        await server.__aexit__(None, None, None)
 
 
 @asynccontextmanager

@@ -48,15 +48,21 @@ SUPERVISED_FLAG = "--stop-requests-from-stdin"
 """How the parent starts its children (a hidden option of `aioqueue worker`)."""
 
 
-def child_command(args: argparse.Namespace) -> list[str]:
-    """The command line of one child: the same worker, one process, stopped by the parent.
-    The URL and prefix travel in the environment instead, where a password in the URL is
-    not shown to every user of the machine by `ps`."""
+def child_command(args: argparse.Namespace, index: int) -> list[str]:
+    """The command line of child number `index` (from 0): the same worker, one process,
+    stopped by the parent, with the health port after the previous child's. The URL and
+    prefix travel in the environment instead, where a password in the URL is not shown to
+    every user of the machine by `ps`."""
+    options = [] if args.shutdown_grace is None else ["--shutdown-grace", str(args.shutdown_grace)]
+    if args.health_port is not None:
+        port = str(args.health_port + index)
+        options += ["--health-port", port, "--health-host", args.health_host]
     return [
         sys.executable, "-m", "aioqueue", "worker", args.factory,
         "--app-dir", os.path.abspath(args.app_dir),
         "--log-level", args.log_level,
         "--loop", args.loop,
+        *options,
         SUPERVISED_FLAG,
     ]  # fmt: skip
 
@@ -66,7 +72,8 @@ async def run_worker_processes(args: argparse.Namespace) -> int:
     failure's, else 0."""
     environment = {**os.environ, "AIOQUEUE_URL": args.url, "AIOQUEUE_PREFIX": args.prefix}
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with _children(child_command(args), environment, args.processes) as children:
+        commands = [child_command(args, index) for index in range(args.processes)]
+        async with _children(commands, environment) as children:
             logger.info(
                 "started %d worker processes (pids %s)",
                 len(children),
@@ -85,13 +92,13 @@ async def run_worker_processes(args: argparse.Namespace) -> int:
 
 @asynccontextmanager
 async def _children(
-    command: Sequence[str], environment: dict[str, str], count: int
+    commands: Sequence[Sequence[str]], environment: dict[str, str]
 ) -> AsyncIterator[list[Process]]:
-    """Starts `count` children, each with a stop pipe on its stdin and the parent's stdout
+    """Starts a child per command, each with a stop pipe on its stdin and the parent's stdout
     and stderr; kills whichever still runs when the block is left by an error."""
     children: list[Process] = []
     try:
-        for _ in range(count):
+        for command in commands:
             children.append(
                 await anyio.open_process(
                     command, stdin=subprocess.PIPE, stdout=None, stderr=None, env=environment

@@ -84,6 +84,10 @@ class Leases:
     def __len__(self) -> int:
         return sum(len(held) for held in self._held.values())
 
+    def held_in(self, stores: Sequence[QueueStore]) -> int:
+        """How many attempts of these queues (one type's partitions) are held."""
+        return sum(len(self._held.get(store, ())) for store in stores)
+
     async def run(self) -> None:
         """Renews every held lease each third of the lease, until cancelled."""
         period = self._lease_ms / 1000 / RENEWALS_PER_LEASE

@@ -87,7 +87,10 @@ class ServiceConfig:
     polling_timeout: float
     handler_timeout: float
     lease: float
+    heartbeat: float
     shutdown_grace: float
+    health_port: int | None
+    health_host: str
     max_payload_bytes: int
     loop_blocking_threshold: float
     handler_threads: int

@@ -13,7 +13,17 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 from .durations import Duration, to_seconds
 from .errors import ConfigurationError
 
-__all__ = ["Configurable", "Setting", "any_value", "flag", "integer", "seconds", "settings_of"]
+__all__ = [
+    "Configurable",
+    "Setting",
+    "any_value",
+    "flag",
+    "host",
+    "integer",
+    "port",
+    "seconds",
+    "settings_of",
+]
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -108,4 +118,18 @@ def flag(name: str, value: bool) -> bool:
 
 def any_value(name: str, value: Out) -> Out:
     """Taken as given (a pluggable object: its protocol is its check)."""
+    return value
+
+
+def port(name: str, value: int | None) -> int | None:
+    """A TCP port (0: any free one), or None for none."""
+    if value is None:
+        return None
+    return integer(0, 65535)(name, value)
+
+
+def host(name: str, value: str) -> str:
+    """A host name or address to listen on."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise ConfigurationError(f"{name} must be a host name or address, got {value!r}")
     return value

@@ -13,6 +13,7 @@ import anyio
 from aioqueue._model.durations import Duration, to_seconds
 from aioqueue._model.errors import ServiceStateError
 from aioqueue._model.event import Event
+from aioqueue._model.workers import Worker
 from aioqueue._producing.writes import run_now
 from aioqueue._transport.recovery import logger
 from aioqueue._wire.browse import (
@@ -27,6 +28,7 @@ from aioqueue._wire.dead_letters import read_dead_letters
 from aioqueue._wire.envelope import DeadLetter
 from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.pausing import pause, paused_types, resume
+from aioqueue._wire.workers import read_workers
 
 from .runtime import Runtime
 
@@ -149,3 +151,12 @@ class Administration:
             if page.next_cursor is None:
                 return events
             cursor = page.next_cursor
+
+    async def workers(self) -> list[Worker]:
+        self._runtime.ensure_open()
+        listed = await read_workers(self._runtime.client, self._runtime.config.prefix)
+        if listed.unreadable:
+            logger.warning(
+                "left out worker records that do not read as one: %s", ", ".join(listed.unreadable)
+            )
+        return listed.workers

@@ -15,7 +15,15 @@ from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 from aioqueue._model.rate_limit import RateLimit
 from aioqueue._model.retry import ExponentialBackoff, RetryPolicy
-from aioqueue._model.settings import Setting, any_value, integer, seconds, settings_of
+from aioqueue._model.settings import (
+    Setting,
+    any_value,
+    host,
+    integer,
+    port,
+    seconds,
+    settings_of,
+)
 from aioqueue._producing.settings import (
     INSTRUMENTATION,
     MAX_PAYLOAD_BYTES,
@@ -97,9 +105,23 @@ class EventServiceBuilder:
     per queue, so a handler may run as long as its handler timeout; when a worker dies or
     loses Redis, its events are due again within this."""
 
+    heartbeat = Setting[Duration, float](5.0, seconds(0.05, 300))
+    """How often a service with handlers writes its record in the worker registry (default
+    5 s): `aioqueue workers` lists it, and a worker that dies drops out of the list three
+    heartbeats after its last. One script call per heartbeat, whatever the service handles."""
+
     shutdown_grace = Setting[Duration, float](10.0, seconds(0, 3600))
     """How long leaving `async with` waits for running handlers before cancelling them
     (default 10 s); a cancelled handler's event is given back, due now."""
+
+    health_port = Setting[int | None, int | None](None, port)
+    """Serves `GET /livez` and `GET /readyz` (200 or 503 with a JSON reason) and `GET
+    /metrics` on this port while the service runs, from a thread of its own, for Kubernetes'
+    probes (default None: no health port; 0 takes any free port). See the deploy guide."""
+
+    health_host = Setting("0.0.0.0", host)
+    """The address the health port listens on (default "0.0.0.0": every interface, as a
+    probe from outside a container needs)."""
 
     max_payload_bytes = MAX_PAYLOAD_BYTES
     """Largest payload plus context an enqueue accepts (default 1 MiB); larger ones raise

@@ -14,11 +14,13 @@ import anyio
 from aioqueue._delivery.consumer import Consumer
 from aioqueue._delivery.dispatcher import Dispatcher, DispatchTarget
 from aioqueue._delivery.handler_runner import Handler
+from aioqueue._delivery.heartbeat import Heartbeat
 from aioqueue._delivery.leases import Leases
 from aioqueue._delivery.wake_ups import WakeUps
 from aioqueue._delivery.watchdog import LoopWatchdog, handler_code
 from aioqueue._model.errors import HandlerRegistrationError
 from aioqueue._model.event import Event, event_type_name, serial_key_of
+from aioqueue._version import __version__
 from aioqueue._wire.store import QueueStore
 
 from .handler_signature import annotated_event_class
@@ -42,6 +44,9 @@ class Delivery:
         self._dispatcher: Dispatcher | None = None
         self._wake_ups: WakeUps | None = None
         self._threads: anyio.CapacityLimiter | None = None
+        self.heartbeat: Heartbeat | None = None
+        """The service's record in the worker registry, from the start of its first
+        handler."""
 
     def __repr__(self) -> str:
         return ", ".join(sorted(self._registrations)) or "none"
@@ -72,6 +77,7 @@ class Delivery:
             assert self._wake_ups is not None
             self._wake_ups.dispatching()
             self.wake_dispatcher()
+            self._start_heartbeat()
 
     def remove(self, event_class: type[Event]) -> bool:
         registration = self._registrations.pop(event_type_name(event_class), None)
@@ -137,6 +143,7 @@ class Delivery:
             runtime.start_background("loop watchdog", watchdog.run)
         for registration in self._registrations.values():
             self._start_consumer(registration)
+        self._start_heartbeat()
 
     async def stop(self) -> None:
         """Phase 1: take nothing new, and give back what no handler began. Phase 2: let
@@ -146,6 +153,8 @@ class Delivery:
         rest of the service's tasks."""
         if self._dispatcher is not None:
             self._dispatcher.stop()
+        if self.heartbeat is not None:
+            self.heartbeat.stopping()
         consumers = [r.consumer for r in self._registrations.values() if r.consumer]
         for consumer in consumers:
             consumer.stop_taking()
@@ -156,6 +165,31 @@ class Delivery:
             consumer.cut_off()
         for consumer in consumers:
             await consumer.wait_finished()
+        if self.heartbeat is not None:
+            await self.heartbeat.leave()
+
+    def _start_heartbeat(self) -> None:
+        if self.heartbeat is None and self._registrations:
+            runtime = self._runtime
+            self.heartbeat = Heartbeat(
+                runtime.client,
+                runtime.config.prefix,
+                runtime.config.heartbeat,
+                __version__,
+                self._handlers_in_hand,
+            )
+            runtime.start_background("heartbeat", self.heartbeat.run)
+
+    def _handlers_in_hand(self) -> list[tuple[str, int, int]]:
+        queues = self._runtime.queues
+        return [
+            (
+                event_type,
+                registration.parallelism,
+                self._leases.held_in(queues.queue(event_type).stores),
+            )
+            for event_type, registration in self._registrations.items()
+        ]
 
     def _start_consumer(self, registration: Registration) -> None:
         assert self._wake_ups is not None

@@ -8,10 +8,12 @@ and where its background tasks run.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import sys
 from collections.abc import Awaitable, Callable
 from types import TracebackType
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -57,6 +59,15 @@ class Runtime:
         self._task_group: TaskGroup | None = None
         self._failure: tuple[str, Exception] | None = None
         """(task, its error) once a background task died: every later operation fails."""
+        self._failed: anyio.Event | None = None
+        """Set when `_failure` is; made at start (anyio's primitives need a running loop)."""
+
+    def reconfigure(self, **changes: Any) -> None:
+        """Replaces settings before the service starts (its parts read the config when they
+        start, so not after)."""
+        if self.state is not ServiceState.IDLE:
+            raise ServiceStateError(f"the service is {self.state.value}: settings are fixed")
+        self.config = dataclasses.replace(self.config, **changes)
 
     @property
     def running(self) -> bool:
@@ -79,6 +90,7 @@ class Runtime:
             raise ServiceStateError(
                 f"the service is {self.state.value}; build a new one instead of re-entering it"
             )
+        self._failed = anyio.Event()
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
@@ -102,6 +114,31 @@ class Runtime:
             )
             if self._failure is None:
                 self._failure = (what, exc)
+                assert self._failed is not None
+                self._failed.set()
+
+    @property
+    def failure(self) -> str | None:
+        """Which background task died and why, in a line; None while all work."""
+        if self._failure is None:
+            return None
+        try:
+            self.raise_failure()
+        except ServiceFailedError as error:
+            return str(error)
+        return None  # pragma: no cover - raise_failure raised
+
+    async def wait_failed(self) -> ServiceFailedError:
+        """Returns, once a background task died, the error the service's next operation
+        raises; never returns while the service works."""
+        if self._failed is None:
+            raise ServiceStateError("the service is not running")
+        await self._failed.wait()
+        try:
+            self.raise_failure()
+        except ServiceFailedError as error:
+            return error
+        raise AssertionError("a failure was signalled without one")  # pragma: no cover
 
     def raise_failure(self) -> None:
         """Raises ServiceFailedError, caused by the task's error, if a background task died."""

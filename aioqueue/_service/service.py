@@ -17,6 +17,8 @@ from aioqueue._model.config import ServiceConfig
 from aioqueue._model.durations import Duration
 from aioqueue._model.errors import HandlerRegistrationError
 from aioqueue._model.event import Event
+from aioqueue._model.health import HealthReport
+from aioqueue._model.workers import Worker
 from aioqueue._recurring.keeper import Misfire
 from aioqueue._recurring.records import ScheduleInfo
 from aioqueue._transport.client import RedisClient
@@ -27,11 +29,12 @@ from .administration import Administration
 from .builder import EventServiceBuilder
 from .delivery import Delivery
 from .handler_signature import annotated_event_class
+from .health import Health
 from .producing import Producing
 from .runtime import Runtime, ServiceState
 from .schedules import Schedules
 
-__all__ = ["EventService", "ServiceState"]
+__all__ = ["EventService", "ServiceState", "replace_shutdown_grace"]
 
 E = TypeVar("E", bound=Event)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -55,6 +58,7 @@ class EventService:
         self._administration = Administration(
             self._runtime, self._delivery.wake_dispatcher, self._delivery.handled_types
         )
+        self._health = Health(self._runtime, self._delivery)
 
     @staticmethod
     def builder() -> EventServiceBuilder:
@@ -82,6 +86,11 @@ class EventService:
         await self._runtime.start()
         self._delivery.start()
         self._schedules.start()
+        try:
+            await self._health.start()
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(
@@ -97,6 +106,7 @@ class EventService:
             await self._delivery.stop()
             self._runtime.cancel_background()
         finally:
+            await self._health.stop()  # probes answer until the very end
             await self._runtime.stop(exc_type, exc, traceback)
         if exc is None:
             self._runtime.raise_failure()
@@ -338,6 +348,33 @@ class EventService:
         """The wire names of the prefix's paused types."""
         return await self._administration.paused()
 
+    async def workers(self) -> list[Worker]:
+        """The live workers of the service's prefix (every running service with handlers,
+        this one included), as their last heartbeats describe them."""
+        return await self._administration.workers()
+
+    # -- health ------------------------------------------------------------------------------
+
+    def liveness(self) -> HealthReport:
+        """Whether the service runs (or stops in order) with all its background tasks: what
+        `/livez` answers. Not alive means restart the process."""
+        return self._health.liveness()
+
+    async def readiness(self) -> HealthReport:
+        """Whether it runs, Redis answers within 1 s, and its heartbeat is fresh: `/readyz`."""
+        return await self._health.readiness()
+
+    @property
+    def health_address(self) -> tuple[str, int] | None:
+        """Where the health port (the builder's `health_port`) listens while it runs."""
+        return self._health.address
+
+    async def wait_failed(self) -> Exception:
+        """Returns once a background task of the running service died (never, while it
+        works), with the ServiceFailedError its next operation raises: a process that
+        hosts the service should then exit, for its supervisor to start a new one."""
+        return await self._runtime.wait_failed()
+
     async def run_due(self, within: Duration = 0) -> int:
         """Handles now, through this running service's handlers, every event of the types it
         handles that is due within `within` from now, including the retries of failed
@@ -352,3 +389,10 @@ class EventService:
         never succeed.
         """
         return await self._administration.run_due(within)
+
+
+def replace_shutdown_grace(service: EventService, seconds: float) -> None:
+    """For `aioqueue worker --shutdown-grace`: the command line's grace replaces the one the
+    factory built the service with, so that it is written beside the pod's own grace period.
+    Only before the service starts."""
+    service._runtime.reconfigure(shutdown_grace=seconds)

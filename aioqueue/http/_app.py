@@ -29,6 +29,7 @@ from aioqueue._model.config import Durability
 from aioqueue._model.errors import DurabilityError, PartitionCountMismatchError
 from aioqueue._model.event import _WIRE_NAME
 from aioqueue._transport.client import RedisClient, client_from_url
+from aioqueue._transport.recovery import REDIS_ERRORS
 from aioqueue._wire.keys import validate_prefix
 
 from ._browse import browse_routes
@@ -37,6 +38,7 @@ from ._guard import RequestGuard
 from ._schedules import schedule_routes
 from ._schema_checks import PayloadMismatch, SchemaChecks
 from ._types import type_routes
+from ._workers import worker_routes
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "validate_token"]
 
@@ -109,6 +111,7 @@ def create_app(
         Route("/dead-letters/{type}/{id:path}/requeue", api(state.requeue), methods=["POST"]),
         *browse_routes(state, api),
         *schedule_routes(state, api),
+        *worker_routes(state, api),
         *type_routes(state, api),
     ]
     routes.append(Route("/metrics", api(_metrics_endpoint(state))))
@@ -168,7 +171,10 @@ def _metrics_endpoint(state: _State) -> Endpoint:
     metrics = PrometheusMetrics(registry)
 
     async def scrape(request: Request) -> Response:
-        await metrics.refresh_queue_depths(state.client, state.prefix)
+        # Redis down is a reading, not a failed scrape: `aioqueue_redis_up 0` is what an
+        # alert can see (the other gauges keep their last values).
+        with contextlib.suppress(*REDIS_ERRORS):
+            await metrics.refresh_queue_depths(state.client, state.prefix)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return scrape
