@@ -29,8 +29,8 @@ from aioqueue._cli._common import (
     resolve_connection_options,
     until_stop_signal,
 )
-from aioqueue._cli._dead_cmd import add_cancel_command, add_dead_command
-from aioqueue._cli._events_cmd import add_events_command
+from aioqueue._cli._dead_cmd import add_dead_command
+from aioqueue._cli._events_cmd import add_cancel_command, add_events_command
 from aioqueue._cli._flow_cmd import add_flow_commands, add_rate_limit_command
 from aioqueue._cli._functions_cmd import add_functions_command
 from aioqueue._cli._schedules_cmd import add_schedules_command

@@ -1,4 +1,6 @@
-"""What every command shares: connection options, JSON output, confirmation prompts."""
+"""What every command shares: connection options, the skeleton of a command about one event
+type (its parser, connecting, finding the type's layout, printing text or --json), JSON
+output, confirmation prompts."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TextIO, TypeAlias
+from typing import Any, TextIO, TypeAlias, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -18,8 +20,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from aioqueue._admin.stats import resolve_layouts
 from aioqueue._transport.client import RedisClient, client_from_url
-from aioqueue._wire.keys import validate_prefix
+from aioqueue._wire.keys import QueueLayout, validate_prefix
+from aioqueue._wire.registry import resolve_layout
 
 __all__ = [
     "CONNECTION_ERRORS",
@@ -29,14 +33,20 @@ __all__ = [
     "USAGE_ERROR",
     "CommandError",
     "Commands",
+    "Run",
     "UsageError",
+    "add_command",
     "add_connection_options",
     "check_reachable",
     "confirm",
     "connect",
     "display_url",
+    "on_type",
     "print_json",
     "print_table",
+    "report",
+    "report_fields",
+    "report_table",
     "resolve_connection_options",
     "until_stop_signal",
 ]
@@ -63,6 +73,10 @@ CONNECTION_ERRORS = (
 
 # A string: argparse's class is not subscriptable at run time.
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+# What a command runs with its parsed arguments; it returns the exit code.
+Run: TypeAlias = Callable[[argparse.Namespace], Awaitable[int]]
+
+_T = TypeVar("_T")
 
 
 class CommandError(Exception):
@@ -98,6 +112,26 @@ def add_connection_options(
             help=f"key prefix (env AIOQUEUE_PREFIX; default {DEFAULT_PREFIX})",
         )
     parser.set_defaults(url_default=url_default)
+
+
+def add_command(
+    commands: Commands,
+    name: str,
+    run: Run,
+    *,
+    help_text: str,
+    arguments: Sequence[str] = (),
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """A command (or an action of one) that `run` runs, taking --url and --prefix, the
+    positional `arguments` (each shown as its name in capitals: TYPE, ID) and --json."""
+    parser = commands.add_parser(name, help=help_text, description=description)
+    add_connection_options(parser)
+    for argument in arguments:
+        parser.add_argument(argument, metavar=argument.upper())
+    parser.add_argument("--json", action="store_true", help="print only JSON")
+    parser.set_defaults(run=run)
+    return parser
 
 
 def resolve_connection_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -155,6 +189,66 @@ async def connect(url: str) -> AsyncIterator[RedisClient]:
         yield client
     finally:
         await client.aclose()
+
+
+async def on_type(
+    args: argparse.Namespace,
+    act: Callable[[RedisClient, QueueLayout], Awaitable[_T]],
+    *,
+    strict: bool = False,
+) -> _T:
+    """Connects to --url and returns what `act` reads or does with the queues of TYPE under
+    --prefix, in the layout the prefix's registry records.
+
+    A type the registry does not record is taken as unpartitioned: a producer in another
+    language may have written it without registering it. So is one whose entry is damaged
+    (a warning is logged), unless `strict`: then that raises PartitionCountMismatchError,
+    for the commands that change how every service treats the type.
+    """
+    async with connect(args.url) as client:
+        if strict:
+            layout = await resolve_layout(client, args.prefix, args.type, None, record=False)
+        else:
+            [layout] = await resolve_layouts(client, args.prefix, [args.type])
+        return await act(client, layout)
+
+
+def report(args: argparse.Namespace, as_json: Any, text: str, *, done: bool = True) -> int:
+    """Prints `as_json` with --json, else `text` (on stderr unless `done`); returns the exit
+    code, 0 when `done`, else 1."""
+    if args.json:
+        print_json(as_json)
+    else:
+        print(text, file=sys.stdout if done else sys.stderr)
+    return 0 if done else 1
+
+
+def report_fields(
+    args: argparse.Namespace, as_json: Any, fields: Sequence[tuple[str, object]], *, width: int
+) -> int:
+    """`report` of one record: `as_json` with --json, else a `name: value` line per field,
+    the values from column `width` on."""
+    lines = [f"{name + ':':<{width}}{value}" for name, value in fields]
+    return report(args, as_json, "\n".join(lines))
+
+
+def report_table(
+    args: argparse.Namespace,
+    as_json: Any,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    empty: str,
+) -> int:
+    """`report` of a listing: `as_json` with --json, else the table of `rows`, or `empty`
+    when there are none; returns 0."""
+    if args.json:
+        print_json(as_json)
+    elif rows:
+        print_table(headers, rows)
+    else:
+        print(empty)
+    return 0
 
 
 def print_json(value: Any, out: TextIO | None = None) -> None:

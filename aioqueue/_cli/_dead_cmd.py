@@ -1,4 +1,4 @@
-"""`aioqueue dead list|show|requeue|purge` and `aioqueue cancel`, by type name."""
+"""`aioqueue dead list|show|requeue|purge`, by type name."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 from aioqueue._admin.actions import (
     DeadLetterRecord,
-    cancel_event,
     dead_letter_ids,
     get_dead_letter,
     list_dead_letters,
@@ -24,14 +23,17 @@ from aioqueue._wire.keys import QueueLayout
 from ._common import (
     CommandError,
     Commands,
+    add_command,
     add_connection_options,
     confirm,
     connect,
+    on_type,
     print_json,
-    print_table,
+    report_fields,
+    report_table,
 )
 
-__all__ = ["add_cancel_command", "add_dead_command"]
+__all__ = ["add_dead_command"]
 
 # Below this many items a bulk operation finishes at once; a progress bar would only flicker.
 PROGRESS_THRESHOLD = 50
@@ -48,12 +50,9 @@ def add_dead_command(commands: Commands) -> None:
     listing.add_argument("--json", action="store_true", help="print only JSON")
     listing.set_defaults(run=run_list)
 
-    show = actions.add_parser("show", help="one dead letter in full")
-    add_connection_options(show)
-    show.add_argument("type", metavar="TYPE")
-    show.add_argument("id", metavar="ID")
-    show.add_argument("--json", action="store_true", help="print only JSON")
-    show.set_defaults(run=run_show)
+    add_command(
+        actions, "show", run_show, help_text="one dead letter in full", arguments=("type", "id")
+    )
 
     for name, run, help_text in (
         ("requeue", run_requeue, "put dead letters back, due now, with a fresh attempt count"),
@@ -74,48 +73,30 @@ def add_dead_command(commands: Commands) -> None:
         parser.set_defaults(run=run)
 
 
-def add_cancel_command(commands: Commands) -> None:
-    cancel = commands.add_parser("cancel", help="remove a pending event by type and id")
-    add_connection_options(cancel)
-    cancel.add_argument("type", metavar="TYPE")
-    cancel.add_argument("id", metavar="ID")
-    cancel.add_argument("--json", action="store_true", help="print only JSON")
-    cancel.set_defaults(run=run_cancel)
-
-
 async def run_list(args: argparse.Namespace) -> int:
     async with connect(args.url) as client:
         records: list[DeadLetterRecord] = []
         for layout in await resolve_layouts(client, args.prefix, args.types):
             records += await list_dead_letters(client, layout, args.limit)
-    if args.json:
-        print_json([record.to_json() for record in records])
-        return 0
-    if not records:
-        print("no dead letters")
-        return 0
     rows = [
         (r.event_type, r.id, r.attempts, f"{r.died_at:%Y-%m-%d %H:%M:%S}", _short(r.error))
         for r in records
     ]
-    print_table(("TYPE", "ID", "ATTEMPTS", "DIED AT (UTC)", "ERROR"), rows)
-    for record in records:
-        if record.damage:
-            print(f"warning: dead letter {record.event_type} {record.id!r} is damaged: "
-                  f"{record.damage}", file=sys.stderr)  # fmt: skip
-    return 0
+    headers = ("TYPE", "ID", "ATTEMPTS", "DIED AT (UTC)", "ERROR")
+    as_json = [record.to_json() for record in records]
+    code = report_table(args, as_json, headers, rows, empty="no dead letters")
+    damaged = [record for record in records if record.damage and not args.json]
+    for record in damaged:
+        print(f"warning: dead letter {record.event_type} {record.id!r} is damaged: "
+              f"{record.damage}", file=sys.stderr)  # fmt: skip
+    return code
 
 
 async def run_show(args: argparse.Namespace) -> int:
-    async with connect(args.url) as client:
-        [layout] = await resolve_layouts(client, args.prefix, [args.type])
-        record = await get_dead_letter(client, layout, args.id)
+    record = await on_type(args, lambda client, layout: get_dead_letter(client, layout, args.id))
     if record is None:
         raise CommandError(f"no dead letter {args.type} {args.id!r} under prefix {args.prefix!r}")
-    if args.json:
-        print_json(record.to_json())
-        return 0
-    for name, value in (
+    fields = [
         ("type", record.event_type),
         ("id", record.id),
         ("attempts", record.attempts),
@@ -123,11 +104,10 @@ async def run_show(args: argparse.Namespace) -> int:
         ("error", record.error),
         ("payload", record.payload if record.payload is not None else "(unreadable envelope)"),
         ("context", record.context),
-    ):
-        print(f"{name + ':':<10}{value}")
+    ]
     if record.payload is None:
-        print(f"{'raw:':<10}{record.raw}")
-    return 0
+        fields.append(("raw", record.raw))
+    return report_fields(args, record.to_json(), fields, width=10)
 
 
 async def _targets(
@@ -204,19 +184,6 @@ async def run_purge(args: argparse.Namespace) -> int:
     else:
         print(f"{deleted} dead letters purged")
     return 0
-
-
-async def run_cancel(args: argparse.Namespace) -> int:
-    async with connect(args.url) as client:
-        [layout] = await resolve_layouts(client, args.prefix, [args.type])
-        cancelled = await cancel_event(client, layout, args.id)
-    if args.json:
-        print_json({"cancelled": cancelled})
-    elif cancelled:
-        print(f"cancelled {args.type} {args.id!r}")
-    else:
-        print(f"no pending {args.type} {args.id!r}", file=sys.stderr)
-    return 0 if cancelled else 1
 
 
 def _where(targets: Sequence[tuple[QueueLayout, list[str]]]) -> str:

@@ -1,27 +1,32 @@
-"""`aioqueue events list|show|run-now|cancel`: look into one type's schedule, by type name."""
+"""`aioqueue events list|show|run-now|cancel` and `aioqueue cancel`: look into one type's
+schedule, by type name."""
 
 from __future__ import annotations
 
 import argparse
-import sys
+import functools
 from datetime import datetime, timezone
 
 from aioqueue._admin.actions import cancel_event
-from aioqueue._admin.stats import resolve_layouts
 from aioqueue._model.errors import InvalidCursorError
 from aioqueue._producing.writes import run_now
+from aioqueue._transport.client import RedisClient
 from aioqueue._wire.browse import inspect_event, pending_page
+from aioqueue._wire.keys import QueueLayout
 
 from ._common import (
     CommandError,
     Commands,
+    add_command,
     add_connection_options,
-    connect,
+    on_type,
     print_json,
     print_table,
+    report,
+    report_fields,
 )
 
-__all__ = ["add_events_command"]
+__all__ = ["add_cancel_command", "add_events_command"]
 
 
 def add_events_command(commands: Commands) -> None:
@@ -52,12 +57,19 @@ def add_events_command(commands: Commands) -> None:
         ("run-now", run_run_now, "make a pending event due now (its attempt count is kept)"),
         ("cancel", run_cancel, "remove a pending event"),
     ):
-        parser = actions.add_parser(name, help=help_text)
-        add_connection_options(parser)
-        parser.add_argument("type", metavar="TYPE")
-        parser.add_argument("id", metavar="ID")
-        parser.add_argument("--json", action="store_true", help="print only JSON")
-        parser.set_defaults(run=run)
+        add_command(actions, name, run, help_text=help_text, arguments=("type", "id"))
+
+
+def add_cancel_command(commands: Commands) -> None:
+    """`aioqueue cancel TYPE ID`: `events cancel` under its older name, whose JSON does not
+    repeat the type and the id."""
+    add_command(
+        commands,
+        "cancel",
+        functools.partial(_cancel, naming_event=False),
+        help_text="remove a pending event by type and id",
+        arguments=("type", "id"),
+    )
 
 
 def _moment(value: str) -> datetime:
@@ -72,19 +84,20 @@ def _moment(value: str) -> datetime:
 
 
 async def run_list(args: argparse.Namespace) -> int:
-    async with connect(args.url) as client:
-        [layout] = await resolve_layouts(client, args.prefix, [args.type])
-        try:
-            page = await pending_page(
+    try:
+        page = await on_type(
+            args,
+            lambda client, layout: pending_page(
                 client,
                 layout,
                 limit=args.limit,
                 cursor=args.cursor,
                 due_before=args.due_before,
                 due_after=args.due_after,
-            )
-        except InvalidCursorError as exc:
-            raise CommandError(str(exc)) from exc
+            ),
+        )
+    except InvalidCursorError as exc:
+        raise CommandError(str(exc)) from exc
     if args.json:
         print_json(page.to_json())
         return 0
@@ -107,64 +120,61 @@ async def run_list(args: argparse.Namespace) -> int:
 
 
 async def run_show(args: argparse.Namespace) -> int:
-    async with connect(args.url) as client:
-        [layout] = await resolve_layouts(client, args.prefix, [args.type])
-        info = await inspect_event(client, layout, args.id)
+    info = await on_type(args, lambda client, layout: inspect_event(client, layout, args.id))
     if info is None:
         raise CommandError(f"no {args.type} {args.id!r} is pending or dead")
-    if args.json:
-        print_json(info.to_json())
-        return 0
-    lines = [
+    fields = [
         ("type", info.event_type),
         ("id", info.id),
         ("state", info.state.replace("_", " ")),
         ("due at", info.due_at.isoformat() if info.due_at else "-"),
     ]
     if info.lease_ends_at:
-        lines.append(("lease ends", info.lease_ends_at.isoformat()))
+        fields.append(("lease ends", info.lease_ends_at.isoformat()))
     if info.died_at:
-        lines.append(("died at", info.died_at.isoformat()))
-    lines += [
+        fields.append(("died at", info.died_at.isoformat()))
+    fields += [
         ("attempt", str(info.attempt)),
         ("last error", info.last_error or "-"),
         ("context", ", ".join(f"{k}={v}" for k, v in info.context.items()) or "-"),
         ("payload", info.payload if info.payload is not None else "(unreadable envelope)"),
     ]
-    for name, value in lines:
-        print(f"{name + ':':12} {value}")
-    return 0
+    # 13: the longest name ("lease ends:") and a space.
+    return report_fields(args, info.to_json(), fields, width=13)
 
 
 async def run_run_now(args: argparse.Namespace) -> int:
-    async with connect(args.url) as client:
-        [layout] = await resolve_layouts(client, args.prefix, [args.type])
+    async def make_due(client: RedisClient, layout: QueueLayout) -> str:
         result = await run_now(client, layout, args.id)
         dead = result == "missing" and await inspect_event(client, layout, args.id) is not None
-    if args.json:
-        print_json({"type": args.type, "id": args.id, "result": "dead" if dead else result})
-    elif result == "due":
-        print(f"{args.type} {args.id!r} is due now")
-    elif dead:
-        print(f"{args.type} {args.id!r} is dead: `aioqueue dead requeue {args.type} "
-              f"{args.id}` puts it back", file=sys.stderr)  # fmt: skip
+        return "dead" if dead else result
+
+    result = await on_type(args, make_due)
+    if result == "due":
+        text = f"{args.type} {args.id!r} is due now"
+    elif result == "dead":
+        text = (
+            f"{args.type} {args.id!r} is dead: `aioqueue dead requeue {args.type} {args.id}` "
+            "puts it back"
+        )
     elif result == "in_flight":
-        print(f"{args.type} {args.id!r} has an attempt under way (a handler has it, or its "
-              "lost worker's lease ran out and the next dispatch takes it again); nothing "
-              "changed", file=sys.stderr)  # fmt: skip
+        text = (
+            f"{args.type} {args.id!r} has an attempt under way (a handler has it, or its lost "
+            "worker's lease ran out and the next dispatch takes it again); nothing changed"
+        )
     else:
-        print(f"no pending {args.type} {args.id!r}", file=sys.stderr)
-    return 0 if result == "due" else 1
+        text = f"no pending {args.type} {args.id!r}"
+    as_json = {"type": args.type, "id": args.id, "result": result}
+    return report(args, as_json, text, done=result == "due")
 
 
 async def run_cancel(args: argparse.Namespace) -> int:
-    async with connect(args.url) as client:
-        [layout] = await resolve_layouts(client, args.prefix, [args.type])
-        cancelled = await cancel_event(client, layout, args.id)
-    if args.json:
-        print_json({"type": args.type, "id": args.id, "cancelled": cancelled})
-    elif cancelled:
-        print(f"cancelled {args.type} {args.id!r}")
-    else:
-        print(f"no pending {args.type} {args.id!r}", file=sys.stderr)
-    return 0 if cancelled else 1
+    return await _cancel(args, naming_event=True)
+
+
+async def _cancel(args: argparse.Namespace, *, naming_event: bool) -> int:
+    cancelled = await on_type(args, lambda client, layout: cancel_event(client, layout, args.id))
+    event = f"{args.type} {args.id!r}"
+    text = f"cancelled {event}" if cancelled else f"no pending {event}"
+    named = {"type": args.type, "id": args.id} if naming_event else {}
+    return report(args, {**named, "cancelled": cancelled}, text, done=cancelled)

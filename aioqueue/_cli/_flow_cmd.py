@@ -6,49 +6,40 @@ from __future__ import annotations
 import argparse
 
 from aioqueue._model.rate_limit import RateLimit
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.pausing import pause, resume
 from aioqueue._wire.rate_limits import read_rate_limit, set_rate_limit
-from aioqueue._wire.registry import resolve_layout
 
-from ._common import CommandError, Commands, add_connection_options, connect, print_json
+from ._common import CommandError, Commands, add_command, add_connection_options, on_type, report
 
 __all__ = ["add_flow_commands", "add_rate_limit_command"]
 
 
 def add_flow_commands(commands: Commands) -> None:
-    paused = commands.add_parser(
-        "pause", help="stop every service from taking a type's events (they wait in Redis)"
-    )
-    resumed = commands.add_parser(
-        "resume", help="let every service take a paused type's events again, in due order"
-    )
-    for parser, run in ((paused, run_pause), (resumed, run_resume)):
-        add_connection_options(parser)
-        parser.add_argument("type", metavar="TYPE")
-        parser.add_argument("--json", action="store_true", help="print only JSON")
-        parser.set_defaults(run=run)
+    for name, run, help_text in (
+        ("pause", run_pause, "stop every service from taking a type's events (they wait in Redis)"),
+        ("resume", run_resume, "let every service take a paused type's events again, in due order"),
+    ):
+        add_command(commands, name, run, help_text=help_text, arguments=("type",))
 
 
 async def run_pause(args: argparse.Namespace) -> int:
-    async with connect(args.url) as client:
-        layout = await resolve_layout(client, args.prefix, args.type, None, record=False)
-        returned = await pause(client, layout)
-    if args.json:
-        print_json({"type": args.type, "paused": True, "returned_to_schedule": returned})
-    else:
-        print(f"paused {args.type} ({returned} waiting deliveries back in the schedule)")
-    return 0
+    returned = await on_type(args, pause, strict=True)
+    return report(
+        args,
+        {"type": args.type, "paused": True, "returned_to_schedule": returned},
+        f"paused {args.type} ({returned} waiting deliveries back in the schedule)",
+    )
 
 
 async def run_resume(args: argparse.Namespace) -> int:
-    async with connect(args.url) as client:
-        layout = await resolve_layout(client, args.prefix, args.type, None, record=False)
-        was_paused = await resume(client, layout)
-    if args.json:
-        print_json({"type": args.type, "resumed": was_paused})
-    else:
-        print(f"resumed {args.type}" if was_paused else f"{args.type} was not paused")
-    return 0
+    was_paused = await on_type(args, resume, strict=True)
+    return report(
+        args,
+        {"type": args.type, "resumed": was_paused},
+        f"resumed {args.type}" if was_paused else f"{args.type} was not paused",
+    )
 
 
 def add_rate_limit_command(commands: Commands) -> None:
@@ -67,16 +58,18 @@ def add_rate_limit_command(commands: Commands) -> None:
 async def run_rate_limit(args: argparse.Namespace) -> int:
     if args.limit is not None and not (args.limit >= 1 and 0.001 <= args.per <= 86400):
         raise CommandError("LIMIT must be at least 1 and --per from 0.001 to 86400 seconds")
-    async with connect(args.url) as client:
-        layout = await resolve_layout(client, args.prefix, args.type, None, record=False)
+
+    async def change(client: RedisClient, layout: QueueLayout) -> RateLimit | None:
         if args.clear:
             await set_rate_limit(client, layout, None)
         elif args.limit is not None:
             await set_rate_limit(client, layout, RateLimit(args.limit, round(args.per * 1000)))
-        current = await read_rate_limit(client, layout)
-    if args.json:
-        shown = None if current is None else {"limit": current.limit, "per": current.per_ms / 1000}
-        print_json({"type": args.type, "rate_limit": shown})
-    else:
-        print(f"{args.type}: {current if current else 'no rate limit'}")
-    return 0
+        return await read_rate_limit(client, layout)
+
+    current = await on_type(args, change, strict=True)
+    shown = None if current is None else {"limit": current.limit, "per": current.per_ms / 1000}
+    return report(
+        args,
+        {"type": args.type, "rate_limit": shown},
+        f"{args.type}: {current if current else 'no rate limit'}",
+    )

@@ -11,7 +11,7 @@ from aioqueue._transport.client import RedisClient, within_reply_timeout
 from aioqueue._wire.functions import LIBRARY
 from aioqueue._wire.scripts import script_source
 
-from ._common import Commands, add_connection_options, connect, print_json
+from ._common import Commands, add_command, connect, report
 
 __all__ = ["add_functions_command"]
 
@@ -21,14 +21,13 @@ def add_functions_command(commands: Commands) -> None:
         "functions", help="load aioqueue's Lua functions (run as an administrator per version)"
     )
     actions = functions.add_subparsers(dest="action", metavar="ACTION", required=True)
-    load = actions.add_parser(
+    add_command(
+        actions,
         "load",
-        help="FUNCTION LOAD this version's library on the server (every primary); on a "
+        run_load,
+        help_text="FUNCTION LOAD this version's library on the server (every primary); on a "
         "server without functions (Redis 6), SCRIPT LOAD its scripts instead",
     )
-    add_connection_options(load)
-    load.add_argument("--json", action="store_true", help="print only JSON")
-    load.set_defaults(run=run_load)
 
 
 async def run_load(args: argparse.Namespace) -> int:
@@ -41,17 +40,15 @@ async def run_load(args: argparse.Namespace) -> int:
                 raise
             await _load_scripts(client)
             kind = "scripts"
-    if args.json:
-        print_json({"library": LIBRARY.name, "loaded": True, "as": kind})
-    elif kind == "functions":
-        print(f"loaded function library {LIBRARY.name}")
+    if kind == "functions":
+        text = f"loaded function library {LIBRARY.name}"
     else:
-        print(
+        text = (
             f"this server has no functions (Redis 6): loaded the {len(LIBRARY.scripts)} "
             "scripts of the library for EVALSHA; load them again after the server restarts "
             "without its AOF (the script cache is not kept otherwise)"
         )
-    return 0
+    return report(args, {"library": LIBRARY.name, "loaded": True, "as": kind}, text)
 
 
 async def _load_scripts(client: RedisClient) -> None:

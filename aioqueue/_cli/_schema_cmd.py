@@ -10,7 +10,14 @@ import orjson
 
 from aioqueue._wire.schemas import read_schema, read_schemas, schema_fields
 
-from ._common import Commands, add_connection_options, connect, print_json, print_table
+from ._common import (
+    Commands,
+    add_connection_options,
+    connect,
+    print_json,
+    print_table,
+    report_table,
+)
 
 __all__ = ["add_schema_command"]
 
@@ -53,18 +60,13 @@ async def _run_list(args: argparse.Namespace) -> int:
         schemas, problems = await read_schemas(client, args.prefix)
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
-    if args.json:
-        print_json({name: published.schema for name, published in sorted(schemas.items())})
-        return 0
-    if not schemas:
-        print("no schemas published")
-        return 0
     rows = [
         (name, p.digest, str(len(schema_fields(p.schema))), _when(p.published_at))
         for name, p in sorted(schemas.items())
     ]
-    print_table(("TYPE", "SCHEMA", "FIELDS", "PUBLISHED"), rows)
-    return 0
+    headers = ("TYPE", "SCHEMA", "FIELDS", "PUBLISHED")
+    as_json = {name: published.schema for name, published in sorted(schemas.items())}
+    return report_table(args, as_json, headers, rows, empty="no schemas published")
 
 
 def _when(milliseconds: int) -> str:

@@ -96,17 +96,23 @@ def schedule_dataframe(
     attempt 0), once per run. Duplicate ids inside one frame count as already pending; which
     row wins is not defined.
     """
-    job = ScheduleJob(
-        event_type=checked_event_type(event_type),
+    # A run is what a streaming writer does with each micro-batch, without the caching: the
+    # options are checked, and made into the job, in one place.
+    writer = foreach_batch_writer(
+        event_type,
         url=url,
-        columns=_columns(id_col, due_col, delay_col, payload_cols, context_cols),
-        prefix=checked_prefix(prefix),
-        replace=bool(replace),
-        batch_size=checked_batch_size(batch_size),
+        id_col=id_col,
+        due_col=due_col,
+        delay_col=delay_col,
+        payload_cols=payload_cols,
+        context_cols=context_cols,
+        prefix=prefix,
+        replace=replace,
+        batch_size=batch_size,
         partitions=partitions,
-        durability=Durability.checked(durability),
+        durability=durability,
     )
-    return job.write(df)
+    return writer._job.write(df)
 
 
 def foreach_batch_writer(

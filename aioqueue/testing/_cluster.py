@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import pathlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
-from ._polling import poll_until_settled
+from ._embedded import ServerGroup
 from ._server import EmbeddedServer, find_server_binary, free_port
 
 __all__ = ["ClusterNotReadyError", "EmbeddedCluster", "SlotRange"]
 
 _CLUSTER_BUS_OFFSET = 10000
-_ADMIN_SOCKET_TIMEOUT = 2.0
 
 
 class ClusterNotReadyError(RuntimeError):
@@ -36,13 +34,14 @@ class SlotRange:
     replica_ports: tuple[int, ...]
 
 
-class EmbeddedCluster:
+class EmbeddedCluster(ServerGroup):
     """`masters` masters with `replicas_per_master` replicas each, every one an EmbeddedServer.
 
     `start()` returns once every live node reports `cluster_state:ok`, knows every node and
-    returns the same CLUSTER SLOTS, and every replica's link to its master is up. The slots
-    are split in equal contiguous ranges, master i taking the i-th. Start-up takes about 2 s:
-    a fresh master only accepts writes 2 s after it started (the server's own writable delay).
+    returns the same CLUSTER SLOTS, and every replica's link to its master is up (past its
+    `timeout` it stops every node and raises ClusterNotReadyError). The slots are split in
+    equal contiguous ranges, master i taking the i-th. Start-up takes about 2 s: a fresh
+    master only accepts writes 2 s after it started (the server's own writable delay).
     `binary` is every node's server (find_server_binary's by default): Redis 6.2 or newer, or
     Valkey.
 
@@ -51,7 +50,7 @@ class EmbeddedCluster:
     (`anyio.to_thread.run_sync`) so that clients of the cluster keep running meanwhile.
     """
 
-    host = EmbeddedServer.host
+    not_ready_error = ClusterNotReadyError
 
     def __init__(
         self,
@@ -109,70 +108,9 @@ class EmbeddedCluster:
     def node_on(self, port: int) -> EmbeddedServer:
         """The node listening on `port`, as a cluster client names it (e.g. the master of a
         slot); KeyError for a port no node of this cluster has."""
-        for node in self.nodes:
-            if node.port == port:
-                return node
-        raise KeyError(f"no node of {self!r} listens on port {port}")
-
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    def start(self, timeout: float = 20.0) -> None:
-        """Starts every node, assigns slots and replicas, and waits until the cluster is ok.
-
-        Raises ClusterNotReadyError (and stops every node) if that takes over `timeout` s.
-        """
-        deadline = time.monotonic() + timeout
-        try:
-            for node in self.nodes:
-                node.start()
-            masters = self.nodes[: self.masters_count]
-            for index, node in enumerate(masters):
-                first, last = _slot_share(index, self.masters_count)
-                with self._admin(node) as admin:
-                    self.node_ids[node.port] = str(admin.execute_command("CLUSTER", "MYID"))
-                    # ADDSLOTS rather than ADDSLOTSRANGE, which Redis 6.2 does not have.
-                    admin.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
-                    # Distinct epochs up front, so no epoch collision has to be resolved later.
-                    admin.execute_command("CLUSTER", "SET-CONFIG-EPOCH", index + 1)
-            for node in self.nodes[self.masters_count :]:
-                with self._admin(node) as admin:
-                    self.node_ids[node.port] = str(admin.execute_command("CLUSTER", "MYID"))
-            # A full mesh of MEETs: every node learns every other at once, not by gossip.
-            for node in self.nodes:
-                with self._admin(node) as admin:
-                    for other in self.nodes:
-                        if other is not node:
-                            admin.execute_command("CLUSTER", "MEET", self.host, other.port)
-            for index, replica in enumerate(self.nodes[self.masters_count :]):
-                master = masters[index // self.replicas_per_master]
-                self._make_replica(replica, master, deadline)
-            self._wait(self._problem, deadline, "start")
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        """Stops every node and removes their directories; safe to call twice."""
-        for node in self.nodes:
-            node.stop()
-
-    def __enter__(self) -> EmbeddedCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
+        return self._node_on(port)
 
     # -- failures and topology -----------------------------------------------------------------
-
-    def kill(self, node: EmbeddedServer) -> None:
-        """SIGKILLs one node, as a crash would."""
-        node.kill()
 
     def restart(self, node: EmbeddedServer) -> None:
         """Starts a killed node again on its port and directory. It rejoins with the cluster
@@ -222,14 +160,35 @@ class EmbeddedCluster:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _admin(self, node: EmbeddedServer) -> redis.Redis:
-        return redis.Redis(
-            host=self.host,
-            port=node.port,
-            decode_responses=True,
-            socket_timeout=_ADMIN_SOCKET_TIMEOUT,
-            socket_connect_timeout=_ADMIN_SOCKET_TIMEOUT,
-        )
+    def _start(self, deadline: float) -> None:
+        """Every node, then slots and replicas assigned."""
+        for node in self.nodes:
+            node.start()
+        masters = self.nodes[: self.masters_count]
+        for index, node in enumerate(masters):
+            first, last = _slot_share(index, self.masters_count)
+            with self._admin(node) as admin:
+                self.node_ids[node.port] = str(admin.execute_command("CLUSTER", "MYID"))
+                # ADDSLOTS rather than ADDSLOTSRANGE, which Redis 6.2 does not have.
+                admin.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
+                # Distinct epochs up front, so no epoch collision has to be resolved later.
+                admin.execute_command("CLUSTER", "SET-CONFIG-EPOCH", index + 1)
+        for node in self.nodes[self.masters_count :]:
+            with self._admin(node) as admin:
+                self.node_ids[node.port] = str(admin.execute_command("CLUSTER", "MYID"))
+        # A full mesh of MEETs: every node learns every other at once, not by gossip.
+        for node in self.nodes:
+            with self._admin(node) as admin:
+                for other in self.nodes:
+                    if other is not node:
+                        admin.execute_command("CLUSTER", "MEET", self.host, other.port)
+        for index, replica in enumerate(self.nodes[self.masters_count :]):
+            master = masters[index // self.replicas_per_master]
+            self._make_replica(replica, master, deadline)
+        self._wait(self._problem, deadline, "start")
+
+    def _processes(self) -> list[EmbeddedServer]:
+        return self.nodes
 
     def _make_replica(
         self, replica: EmbeddedServer, master: EmbeddedServer, deadline: float
@@ -250,11 +209,9 @@ class EmbeddedCluster:
         problem = self._live_problem(expect_known=len(self.nodes))
         if problem is not None:
             return problem
-        for node in self.nodes[self.masters_count :]:
-            with self._admin(node) as admin:
-                link = admin.info("replication").get("master_link_status")
-            if link != "up":
-                return f"replica {node.port}: master link {link}"
+        problem = self._replica_problem(self.nodes[self.masters_count :])
+        if problem is not None:
+            return problem
         ranges = self.slot_ranges()
         if len(ranges) != self.masters_count or any(
             len(r.replica_ports) != self.replicas_per_master for r in ranges
@@ -277,12 +234,6 @@ class EmbeddedCluster:
         if len(distinct) != 1:
             return f"nodes disagree on CLUSTER SLOTS: {slots_seen}"
         return None
-
-    def _wait(self, problem: Callable[[], str | None], deadline: float, what: str) -> None:
-        def failure(last: str) -> Exception:
-            return ClusterNotReadyError(f"{self!r} did not {what} in time: {last}")
-
-        poll_until_settled(problem, deadline, failure)
 
 
 def _slot_share(index: int, masters: int) -> tuple[int, int]:

