@@ -150,7 +150,9 @@ def test_the_version_is_written_once_in_the_package() -> None:
     project = pyproject()
     assert project["project"]["name"] == DISTRIBUTION
     assert "version" not in project["project"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "aioqueue._version.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "aioqueue._version.__version__"
+    }
     assert re.fullmatch(r"\d+\.\d+\.\d+((a|b|rc)\d+)?(\.dev\d+)?", aioqueue.__version__)
     # The changelog has a section for it; a development version's is the one in the making.
     changelog = (ROOT / "CHANGELOG.md").read_text()

@@ -39,12 +39,10 @@ def worker_process(
     redis_url: str, *options: str, prefix: str = PREFIX, **settings: str
 ) -> Iterator[subprocess.Popen[str]]:
     """`aioqueue worker` on tests/workers/registry_worker.py; killed on the way out."""
+    command = [sys.executable, "-m", "aioqueue", "worker"]
+    factory = "tests.workers.registry_worker:create_service"
     worker = subprocess.Popen(
-        [
-            sys.executable, "-m", "aioqueue", "worker",
-            "tests.workers.registry_worker:create_service",
-            "--url", redis_url, "--prefix", prefix, *options,
-        ],  # fmt: skip
+        [*command, factory, "--url", redis_url, "--prefix", prefix, *options],
         cwd=ROOT,
         env={**os.environ, "HEARTBEAT": str(HEARTBEAT), **settings},
         stdin=subprocess.DEVNULL,

@@ -38,7 +38,6 @@ __all__ = ["add_worker_command", "load_factory"]
 logger = logging.getLogger("aioqueue.worker")
 
 
-
 def add_worker_command(commands: Commands) -> None:
     parser = commands.add_parser(
         "worker",

@@ -21,7 +21,7 @@ async def handle(event: PaymentCheck) -> bool:
     if event.id.startswith("block"):
         sys.stdout.write("blocking\n")
         sys.stdout.flush()
-        time.sleep(float(os.environ.get("BLOCK_SECONDS", "3")))  # on the loop, on purpose
+        time.sleep(float(os.environ.get("BLOCK_SECONDS", "3")))  # noqa: ASYNC251 - on purpose
     return True
 
 
