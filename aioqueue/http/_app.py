@@ -138,6 +138,7 @@ DASHBOARD_FILES = {
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     "/dashboard_type.js": ("dashboard_type.js", "text/javascript; charset=utf-8"),
+    "/dashboard_workers.js": ("dashboard_workers.js", "text/javascript; charset=utf-8"),
 }
 
 

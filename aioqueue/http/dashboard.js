@@ -268,10 +268,12 @@ async function refresh() {
     if (typeView.type !== null) {
       stats = await refreshType();
     } else {
-      const [overview, dead, schedules, types] = await Promise.all(
-        [api("/stats"), api("/dead-letters?limit=100"), api("/schedules"), api("/types")]);
+      const [overview, dead, schedules, types, workers] = await Promise.all(
+        [api("/stats"), api("/dead-letters?limit=100"), api("/schedules"), api("/types"),
+         api("/workers")]);
       stats = overview.body;
       renderQueues(stats);
+      renderWorkers(workers.body);
       renderDeadLetters(dead.body);
       renderSchedules(schedules.body);
       renderTypes(types.body);
