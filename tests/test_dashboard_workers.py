@@ -88,8 +88,10 @@ async def test_the_workers_panel_lists_live_workers_and_flags_unattended_types(
         assert browser.title != "pwned"
         # Reminder has due events and no running worker with a handler for it.
         await wait_for(
-            lambda: browser.execute_script(READ_UNATTENDED)
-            == [["Reminder", "Reminder: 3 events due and no running worker handles it"]]
+            lambda: (
+                browser.execute_script(READ_UNATTENDED)
+                == [["Reminder", "Reminder: 3 events due and no running worker handles it"]]
+            )
         )
     # The service left the registry as it stopped; the forged record is still listed.
     await wait_for(lambda: [row["pid"] for row in shown_workers(browser)] == ["1"])

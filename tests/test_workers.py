@@ -25,6 +25,7 @@ from aioqueue._transport.client import RedisClient
 from aioqueue._wire.registry import registry_key
 from aioqueue._wire.workers import LIVES_FOR_BEATS, read_workers
 from aioqueue.testing import EmbeddedServer, free_port
+from tests.conftest import ScriptCall
 from tests.ops_support import ROOT, run_cli
 from tests.support import EVERY_TOPOLOGY, OrderTimeout, PaymentCheck, Recorder, wait_until
 
@@ -292,3 +293,22 @@ async def test_a_record_that_is_no_worker_is_left_out_and_named(
         listing = await read_workers(redis_client, "aioqueue")
         assert [worker.pid for worker in listing.workers] == [os.getpid()]
         assert listing.unreadable == ["forged"]
+
+
+async def test_a_heartbeat_is_one_script_call_per_interval(
+    service_builder: Builder, script_calls: list[ScriptCall]
+) -> None:
+    service = service_builder().heartbeat(0.2).build()
+    service.add_handler(PaymentCheck, Recorder())
+    async with service:
+
+        async def first_beat() -> bool:
+            return any(call.script == "heartbeat" for call in script_calls)
+
+        await wait_until(first_beat)
+        started = time.monotonic()
+        before = sum(call.script == "heartbeat" for call in script_calls)
+        await anyio.sleep(1.0)  # the interval itself is what is measured
+        beats = sum(call.script == "heartbeat" for call in script_calls) - before
+        elapsed = time.monotonic() - started
+    assert elapsed / 0.2 - 1 <= beats <= elapsed / 0.2 + 1

@@ -69,13 +69,15 @@ class Heartbeat:
         beat is tried again sooner."""
         errors = ErrorBackoff("writing the worker's heartbeat")
         while not self._left:
+            began = time.monotonic()
             try:
                 await self.beat()
             except REDIS_ERRORS as exc:
                 await errors.sleep_after(exc)
                 continue
             errors.reset()
-            with anyio.move_on_after(self._interval):
+            # A beat every interval, however long the call took.
+            with anyio.move_on_after(began + self._interval - time.monotonic()):
                 await self._woken.wait()
             self._woken = anyio.Event()
 
