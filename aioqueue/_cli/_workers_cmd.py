@@ -20,6 +20,7 @@ from ._common import (
     REACH_TIMEOUT,
     CommandError,
     Commands,
+    add_command,
     add_connection_options,
     connect,
     display_url,
@@ -33,16 +34,15 @@ HEADERS = ("HOST", "PID", "STATE", "VERSION", "UP", "LAST BEAT", "HANDLERS (IN H
 
 
 def add_workers_commands(commands: Commands) -> None:
-    parser = commands.add_parser(
+    add_command(
+        commands,
         "workers",
-        help="the live workers of the prefix, their handlers, and types no worker attends",
+        run_workers,
+        help_text="the live workers of the prefix, their handlers, and types no worker attends",
         description="Lists every running service with handlers under the prefix, from the "
         "worker registry its heartbeats keep, with the events each handler holds; then any "
         "type with events due now and no running worker that handles it.",
     )
-    add_connection_options(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.set_defaults(run=run_workers)
 
     check = commands.add_parser(
         "check",
