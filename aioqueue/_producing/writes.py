@@ -34,7 +34,7 @@ from aioqueue._transport.client import RedisClient
 from aioqueue._transport.steps import Steps, run_steps
 from aioqueue._wire.envelope import text
 from aioqueue._wire.keys import QueueKeys, QueueLayout
-from aioqueue._wire.scripts import CANCEL, ENQUEUE, RESCHEDULE
+from aioqueue._wire.scripts import CANCEL, ENQUEUE, RESCHEDULE, ScriptCall
 
 __all__ = [
     "CHUNK_SIZE",
@@ -202,7 +202,7 @@ def enqueue_call(
     replace: bool,
     max_wait_ms: int | None = None,
     recorded: RecordedCall | None = None,
-) -> tuple[list[str], list[str | int]]:
+) -> ScriptCall:
     """The keys and arguments of one enqueue.lua call for `items` (see its header).
 
     With `max_wait_ms` (and `replace`), a replacement never becomes due later than its
@@ -226,7 +226,7 @@ def enqueue_call(
         script_keys.append(recorded.record_key(keys))
     if max_wait_ms is not None:
         script_keys.append(keys.ready)  # tells a dispatched version from one a handler took
-    return script_keys, args
+    return ScriptCall(script_keys, args)
 
 
 def enqueue_steps(
@@ -252,7 +252,7 @@ def enqueue_steps(
 
 def enqueue_calls_steps(
     client: object,
-    calls: Sequence[tuple[Sequence[str], Sequence[str | int]]],
+    calls: Sequence[ScriptCall],
     *,
     durability: Durability | None = None,
 ) -> Steps[list[Any]]:
@@ -264,18 +264,16 @@ def enqueue_calls_steps(
     if durability is None:
         replies: list[Any] = yield from ENQUEUE.pipelined_steps(client, calls)
         return replies
-    marked = [(keys, [f"{args[0]}{CONFIRMED_MODE}", *args[1:]]) for keys, args in calls]
+    marked = [ScriptCall(keys, [str(args[0]) + CONFIRMED_MODE, *args[1:]]) for keys, args in calls]
     durable = DurableCalls(durability, touch=_touch)
     return (yield from durable_pipelined_steps(ENQUEUE, client, marked, durable))
 
 
-def _touch(
-    call: tuple[Sequence[str], Sequence[str | int | bytes]],
-) -> tuple[Sequence[str], Sequence[str | int | bytes]]:
+def _touch(call: ScriptCall) -> ScriptCall:
     """A marked call on `call`'s keys that schedules nothing: it writes only the no-op that
     lets a WAIT after it confirm what an earlier call on those keys wrote."""
     keys, args = call
-    return keys, [f"0{CONFIRMED_MODE}", args[1]]
+    return ScriptCall(keys, [f"0{CONFIRMED_MODE}", args[1]])
 
 
 def enqueue_many_steps(
