@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import anyio
 
@@ -25,7 +25,7 @@ from aioqueue._transport.steps import Steps, run_steps
 from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.queues import QueueDirectory
 
-__all__ = ["Producer"]
+__all__ = ["EnqueueOutcome", "Producer"]
 
 _WriteMode: TypeAlias = "tuple[str, bool, int | None]"
 """What calls must share to share a script call: their event type, replace, max_wait_ms."""
@@ -42,6 +42,15 @@ CONCURRENT_CHUNKS = 4
 # each call waits for its own confirmation from the replicas (two lanes: 28,000 -> 24,000
 # events/s).
 LANES = 2
+
+
+class EnqueueOutcome(NamedTuple):
+    """What an enqueue did with one event."""
+
+    event_type: str
+    """The event's type, by its wire name."""
+    scheduled: bool
+    """True when scheduled, False when an event of that type and id was pending and kept."""
 
 
 class Producer:
@@ -67,7 +76,7 @@ class Producer:
         *,
         replace: bool,
         max_wait_ms: int | None = None,
-    ) -> tuple[str, bool]:
+    ) -> EnqueueOutcome:
         """Schedules one event; returns its event type and whether it was scheduled.
         Concurrent calls for the same type share script calls."""
         queue = self._queues.known(type(event)) or await self._queues.recorded(type(event))
@@ -83,7 +92,7 @@ class Producer:
                 ],
                 CHUNK_SIZE,
             )
-        return layout.event_type, await coalescer.submit(item)
+        return EnqueueOutcome(layout.event_type, await coalescer.submit(item))
 
     def _lanes_for(self, layout: QueueLayout) -> int:
         one_call_a_batch = layout.partitions == 1 and self._config.durability is None
@@ -104,7 +113,7 @@ class Producer:
         replace: bool,
         max_wait_ms: int | None = None,
     ) -> list[tuple[str, bool]]:
-        """Schedules `events`; returns (event type, scheduled) per event, in order.
+        """Schedules `events`; returns what it did with each (an EnqueueOutcome), in order.
 
         Every event is validated and encoded before anything is written.
         """
@@ -146,7 +155,12 @@ class Producer:
                     writers.start_soon(write, layout, chunk)
         if not_confirmed:
             raise not_confirmed[0]
-        return list(zip(types, results, strict=True))
+        # Typed as plain pairs while EventService passes the list on as list[tuple[str, bool]]
+        # (a list of a subtype is no list of its base type).
+        return [
+            EnqueueOutcome(event_type, scheduled)
+            for event_type, scheduled in zip(types, results, strict=True)
+        ]
 
     async def _write(
         self,
