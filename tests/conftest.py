@@ -39,7 +39,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
-from aioqueue._producing import durability, writes
+from aioqueue._producing import durability, enqueue_calls
 from aioqueue._producing.durability import DurableCalls
 from aioqueue._transport.client import RedisClient, client_from_url
 from aioqueue._transport.steps import Steps
@@ -415,7 +415,7 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
     monkeypatch.setattr(LuaScript, "steps", recording_steps)
     monkeypatch.setattr(LuaScript, "pipelined_steps", recording_pipelined)
     monkeypatch.setattr(LuaScript, "pipelined_outcomes", recording_outcomes)
-    monkeypatch.setattr(writes, "durable_pipelined_steps", recording_durable)
+    monkeypatch.setattr(enqueue_calls, "durable_pipelined_steps", recording_durable)
     return calls
 
 

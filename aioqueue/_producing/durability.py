@@ -19,10 +19,10 @@ Three consequences shape this module:
    wrote before the connection's last command, which is stricter). An enqueue that keeps an
    already pending event writes nothing, yet its caller (retrying after a DurabilityError,
    say) must learn whether that event is safe.
-   So a durable enqueue call is marked (see writes.CONFIRMED_MODE): the script then writes a
-   no-op when it wrote nothing else, which moves the connection's offset past everything the
-   primary executed before, the kept event's own write included (the replication stream is
-   one ordered stream per primary).
+   So a durable enqueue call is marked (`WriteMode.confirmed`, see enqueue_calls.py): the
+   script then writes a no-op when it wrote nothing else, which moves the connection's offset
+   past everything the primary executed before, the kept event's own write included (the
+   replication stream is one ordered stream per primary).
 3. A call refused inside the pipeline (a server without the function library yet, a slot
    that moved) is run again on its own, through redis-py's routing and the script's
    fallbacks, on whatever connection that takes; it is then confirmed by one more pipeline of
