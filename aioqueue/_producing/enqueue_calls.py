@@ -84,12 +84,13 @@ class EnqueueCall:
     def script_call(self) -> ScriptCall:
         """The call's keys and arguments (see enqueue.lua's header)."""
         keys = self.keys
-        script_keys = [keys.schedule, keys.events, keys.sequence, keys.wake, keys.counts]
+        # Positional: the script tells its optional keys by their places.
+        script_keys = [
+            keys.schedule, keys.events, keys.sequence, keys.wake, keys.counts, keys.ready,
+        ]  # fmt: skip
         run = self.mode.run
         if run is not None:
             script_keys.append(run.record_key(keys))
-        if self.mode.max_wait_ms is not None:
-            script_keys.append(keys.ready)  # tells a dispatched version from one a handler took
         args: list[str | int] = [self.mode.argument(), self.event_type]
         for item in self.items:
             args += [
