@@ -39,11 +39,12 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
-from aioqueue._producing import durability, writes
+from aioqueue._producing import durability, enqueue_calls
 from aioqueue._producing.durability import DurableCalls
 from aioqueue._transport.client import RedisClient, client_from_url
 from aioqueue._transport.steps import Steps
 from aioqueue._wire.scripts import LuaScript
+from aioqueue._wire.scripts import ScriptCall as WireCall
 from aioqueue.testing import (
     EmbeddedCluster,
     EmbeddedSentinel,
@@ -381,7 +382,7 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
     original_pipelined = LuaScript.pipelined_steps
     original_outcomes = LuaScript.pipelined_outcomes
     original_durable = durability.durable_pipelined_steps
-    Pipelined = Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]]
+    Pipelined = Sequence[WireCall]
 
     def note(script: LuaScript, pipelined: Pipelined) -> None:
         calls.extend(ScriptCall(script.name, list(keys), list(args)) for keys, args in pipelined)
@@ -414,7 +415,7 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
     monkeypatch.setattr(LuaScript, "steps", recording_steps)
     monkeypatch.setattr(LuaScript, "pipelined_steps", recording_pipelined)
     monkeypatch.setattr(LuaScript, "pipelined_outcomes", recording_outcomes)
-    monkeypatch.setattr(writes, "durable_pipelined_steps", recording_durable)
+    monkeypatch.setattr(enqueue_calls, "durable_pipelined_steps", recording_durable)
     return calls
 
 

@@ -25,7 +25,8 @@ from typing import Any, cast
 import orjson
 
 from aioqueue._model.rate_limit import RateLimit
-from aioqueue._producing.writes import DueTime, EnqueueItem, cancel, enqueue_items, reschedule
+from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
+from aioqueue._producing.writes import DueTime, cancel, enqueue_items, reschedule
 from aioqueue._wire.browse import inspect_event
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.keys import QueueKeys, QueueLayout
@@ -212,7 +213,7 @@ class QueueModel(SteppedRedis):
     def enqueue(self, event_id: str, payload: str, delay_ms: int, *, replace: bool) -> None:
         item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
         [scheduled] = self.run(
-            enqueue_items(self.client, KEYS, EVENT_TYPE, [item], replace=replace)
+            enqueue_items(self.client, KEYS, EVENT_TYPE, [item], mode=WriteMode(replace=replace))
         )
         expected = replace or event_id not in self.pending
         assert scheduled is expected
@@ -231,7 +232,11 @@ class QueueModel(SteppedRedis):
         item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
         [scheduled] = self.run(
             enqueue_items(
-                self.client, KEYS, EVENT_TYPE, [item], replace=True, max_wait_ms=max_wait_ms
+                self.client,
+                KEYS,
+                EVENT_TYPE,
+                [item],
+                mode=WriteMode(replace=True, max_wait_ms=max_wait_ms),
             )
         )
         assert scheduled

@@ -28,7 +28,8 @@ from typing import Any, cast
 import redis.asyncio
 
 from aioqueue import Durability, DurabilityError
-from aioqueue._producing.writes import EnqueueItem, enqueue_steps
+from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
+from aioqueue._producing.writes import enqueue_steps
 from aioqueue._transport.steps import run_steps
 from aioqueue._wire.store import QueueStore
 from aioqueue.testing import EmbeddedServer
@@ -102,7 +103,12 @@ class ReplicatedQueueModel(QueueModel):
     def durable_enqueue(self, event_id: str, payload: str, delay_ms: int, replace: bool) -> None:
         item = EnqueueItem(event_id, payload, "{}", delay_ms, absolute=False)
         steps = enqueue_steps(
-            self.client, KEYS, EVENT_TYPE, [item], replace=replace, durability=DURABILITY
+            self.client,
+            KEYS,
+            EVENT_TYPE,
+            [item],
+            mode=WriteMode(replace=replace),
+            durability=DURABILITY,
         )
         expected = replace or event_id not in self.pending
         try:

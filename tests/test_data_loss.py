@@ -13,7 +13,8 @@ import redis.asyncio as redis
 
 from aioqueue import EventService, EventServiceBuilder, FixedDelays
 from aioqueue._model.rate_limit import RateLimit
-from aioqueue._producing.writes import EnqueueItem, enqueue_items
+from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
+from aioqueue._producing.writes import enqueue_items
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.rate_limits import read_rate_limit, set_rate_limit
@@ -135,7 +136,7 @@ async def test_a_dispatch_takes_nothing_while_the_type_is_unrecorded(
         keys,
         "PaymentCheck",
         [EnqueueItem("due", '{"order_id":1}', "{}", 0, absolute=False)],
-        replace=False,
+        mode=WriteMode(),
     )
 
     async def dispatch() -> DispatchResult:

@@ -30,7 +30,8 @@ from aioqueue import (
     SyncProducer,
 )
 from aioqueue._producing import durability as durability_module
-from aioqueue._producing.writes import EnqueueItem, enqueue_steps
+from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
+from aioqueue._producing.writes import enqueue_steps
 from aioqueue._transport.steps import run_steps_sync
 from aioqueue._wire.functions import LIBRARY
 from aioqueue._wire.keys import QueueKeys
@@ -243,7 +244,7 @@ async def test_the_blocking_client_runs_the_same_durable_steps(
     def enqueue(client: redis.Redis, event_id: str) -> list[bool]:
         item = EnqueueItem(event_id, '{"order_id":1}', "{}", HOUR * 1000, absolute=False)
         steps = enqueue_steps(
-            client, KEYS, "PaymentCheck", [item], replace=False, durability=durability
+            client, KEYS, "PaymentCheck", [item], mode=WriteMode(), durability=durability
         )
         return run_steps_sync(client, steps)
 

@@ -13,7 +13,8 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.crc import key_slot
 
 from aioqueue import Durability, DurabilityError, EventService
-from aioqueue._producing.writes import EnqueueItem, enqueue_many_steps
+from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
+from aioqueue._producing.writes import enqueue_many_steps
 from aioqueue._transport.steps import run_steps_sync
 from aioqueue._wire.keys import QueueLayout
 from aioqueue.testing import EmbeddedCluster, EmbeddedServer
@@ -140,7 +141,7 @@ async def test_the_blocking_cluster_client_confirms_per_node_too(
 
         def enqueue(batch: list[EnqueueItem]) -> list[bool]:
             writes = [(LAYOUT.keys_for(item.id), LAYOUT.event_type, item) for item in batch]
-            steps = enqueue_many_steps(sync_client, writes, replace=False, durability=durability)
+            steps = enqueue_many_steps(sync_client, writes, mode=WriteMode(), durability=durability)
             return run_steps_sync(sync_client, steps)
 
         assert await anyio.to_thread.run_sync(enqueue, items) == [True] * len(items)

@@ -13,7 +13,8 @@ import orjson
 import pytest
 
 from aioqueue import EventServiceBuilder, InvalidEnqueueError
-from aioqueue._producing.writes import EnqueueItem, enqueue_items
+from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
+from aioqueue._producing.writes import enqueue_items
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.keys import QueueKeys
@@ -124,7 +125,11 @@ async def test_a_replacement_keeps_its_series_until_a_handler_takes_the_version(
         """Replaces event `d` with max_wait; returns the series start it was given."""
         item = EnqueueItem("d", f'{{"order_id":{order_id}}}', "{}", delay_ms, absolute=False)
         scheduled = await enqueue_items(
-            redis_client, KEYS, "PaymentCheck", [item], replace=True, max_wait_ms=max_wait
+            redis_client,
+            KEYS,
+            "PaymentCheck",
+            [item],
+            mode=WriteMode(replace=True, max_wait_ms=max_wait),
         )
         assert scheduled == [True]
         since = int(orjson.loads(await redis_client.hget(KEYS.events, "d") or b"{}")["since"])

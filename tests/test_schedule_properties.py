@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aioqueue._producing.writes import EnqueueItem
+from aioqueue._producing.enqueue_calls import EnqueueItem
 from aioqueue._recurring.misfire import Misfire, ticks_to_produce
 from aioqueue._recurring.names import claim_name, read_entry, settle
 from aioqueue._recurring.records import (

@@ -11,7 +11,8 @@ import pytest
 import redis
 from redis.asyncio import Redis as AsyncRedis
 
-from aioqueue._producing.writes import EnqueueItem, enqueue_call, enqueue_steps, scheduled_flags
+from aioqueue._producing.enqueue_calls import EnqueueCall, EnqueueItem, WriteMode, scheduled_flags
+from aioqueue._producing.writes import enqueue_steps
 from aioqueue._transport.steps import run_steps, run_steps_sync
 from aioqueue._wire.functions import LIBRARY
 from aioqueue._wire.keys import QueueKeys
@@ -19,6 +20,7 @@ from aioqueue._wire.scripts import ENQUEUE
 from aioqueue.testing import EmbeddedServer
 
 KEYS = QueueKeys.for_type("steps", "Ping")
+KEEP = WriteMode()  # an event already pending is kept
 
 
 @pytest.fixture
@@ -36,10 +38,10 @@ async def test_blocking_and_asyncio_enqueues_write_the_same_envelope(
     redis_client: AsyncRedis, sync_client: redis.Redis
 ) -> None:
     assert await run_steps(
-        redis_client, enqueue_steps(redis_client, KEYS, "Ping", [item("a")], replace=False)
+        redis_client, enqueue_steps(redis_client, KEYS, "Ping", [item("a")], mode=KEEP)
     ) == [True]
     assert run_steps_sync(
-        sync_client, enqueue_steps(sync_client, KEYS, "Ping", [item("b"), item("a")], replace=False)
+        sync_client, enqueue_steps(sync_client, KEYS, "Ping", [item("b"), item("a")], mode=KEEP)
     ) == [True, False]  # a is pending already: kept
     stored = cast("dict[bytes, bytes]", await redis_client.hgetall(KEYS.events))
     # Versions differ (each enqueue takes the next); everything else is the same bytes.
@@ -50,9 +52,7 @@ async def test_a_missing_function_library_is_loaded_by_either_client(
     redis_client: AsyncRedis, sync_client: redis.Redis
 ) -> None:
     await redis_client.function_flush()
-    run_steps_sync(
-        sync_client, enqueue_steps(sync_client, KEYS, "Ping", [item("a")], replace=False)
-    )
+    run_steps_sync(sync_client, enqueue_steps(sync_client, KEYS, "Ping", [item("a")], mode=KEEP))
     assert LIBRARY.name in str(await redis_client.function_list())
     assert LIBRARY.usable(sync_client)
 
@@ -62,7 +62,7 @@ async def test_without_fcall_the_script_runs_by_sha_then_by_source(
 ) -> None:
     LIBRARY.disable(sync_client)  # as for a user without FCALL, or a server without functions
     await redis_client.script_flush()
-    steps = enqueue_steps(sync_client, KEYS, "Ping", [item("a")], replace=False)
+    steps = enqueue_steps(sync_client, KEYS, "Ping", [item("a")], mode=KEEP)
     assert run_steps_sync(sync_client, steps) == [True]
     # The EVAL fallback taught the server the script: the next call goes by SHA.
     assert await redis_client.script_exists(ENQUEUE.sha) == [True]
@@ -74,7 +74,7 @@ async def test_calls_refused_inside_a_pipeline_are_run_again_on_their_own(
 ) -> None:
     await redis_client.function_flush()  # every call of the pipeline is refused
     calls = [
-        enqueue_call(KEYS, "Ping", [item(f"{n}-a"), item(f"{n}-b")], replace=False)
+        EnqueueCall(KEYS, "Ping", [item(f"{n}-a"), item(f"{n}-b")], KEEP).script_call()
         for n in range(3)
     ]
     client = sync_client if blocking else redis_client
@@ -91,7 +91,7 @@ async def test_an_error_that_is_no_refusal_of_the_library_reaches_the_caller(
     redis_client: AsyncRedis,
 ) -> None:
     # The script refuses another type's keys; that error is the caller's, not a fallback's.
-    steps = enqueue_steps(redis_client, KEYS, "Pong", [item("a")], replace=False)
+    steps = enqueue_steps(redis_client, KEYS, "Pong", [item("a")], mode=KEEP)
     with pytest.raises(redis.ResponseError, match="does not own key"):
         await run_steps(redis_client, steps)
     assert LIBRARY.usable(redis_client)

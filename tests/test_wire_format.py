@@ -170,3 +170,24 @@ async def test_the_enqueue_script_refuses_a_type_that_does_not_own_the_keys(
             *("o-1", "{}", "{}", "delay", 0),
         )
     assert await redis_client.exists(EVENTS) == 0
+
+
+async def test_the_optional_enqueue_keys_are_told_by_their_places(
+    redis_client: RedisClient,
+) -> None:
+    """KEYS[5] counts, KEYS[6] ready, KEYS[7] a Spark task's run record, as documented: a
+    confirmed call needs the fifth, and a recorded call writes its results to the seventh."""
+    counts, ready = "aioqueue:{PaymentCheck}:counts", "aioqueue:{PaymentCheck}:ready"
+    record = "aioqueue:{PaymentCheck}:runs:r-1:0"
+    wake = "aioqueue:{PaymentCheck}:wake"
+    event = ("p-1", '{"order_id":1}', "{}", "delay", 60_000)
+    enqueue = script_source("enqueue")
+    with pytest.raises(ResponseError, match=r"enqueue mode '\+wait' needs the counts key"):
+        await redis_client.eval(enqueue, 4, SCHEDULE, EVENTS, SEQUENCE, wake, "0+wait",
+                                "PaymentCheck", *event)  # fmt: skip
+    keys = (SCHEDULE, EVENTS, SEQUENCE, wake, counts, ready, record)
+    assert await redis_client.eval(enqueue, 7, *keys, "0@7:1", "PaymentCheck", *event) == [1]
+    assert await redis_client.eval(enqueue, 5, *keys[:5], "0+wait", "PaymentCheck", *event) == [0]
+    assert orjson.loads(await redis_client.hget(record, "7:1") or b"null") == [["p-1"], "1"]
+    # The kept event's call wrote the no-op a WAIT after it needs.
+    assert await redis_client.hget(counts, "under_way") == b"0"

@@ -19,10 +19,10 @@ Three consequences shape this module:
    wrote before the connection's last command, which is stricter). An enqueue that keeps an
    already pending event writes nothing, yet its caller (retrying after a DurabilityError,
    say) must learn whether that event is safe.
-   So a durable enqueue call is marked (see writes.CONFIRMED_MODE): the script then writes a
-   no-op when it wrote nothing else, which moves the connection's offset past everything the
-   primary executed before, the kept event's own write included (the replication stream is
-   one ordered stream per primary).
+   So a durable enqueue call is marked (`WriteMode.confirmed`, see enqueue_calls.py): the
+   script then writes a no-op when it wrote nothing else, which moves the connection's offset
+   past everything the primary executed before, the kept event's own write included (the
+   replication stream is one ordered stream per primary).
 3. A call refused inside the pipeline (a server without the function library yet, a slot
    that moved) is run again on its own, through redis-py's routing and the script's
    fallbacks, on whatever connection that takes; it is then confirmed by one more pipeline of
@@ -50,15 +50,13 @@ from redis.exceptions import NoPermissionError, ResponseError
 from aioqueue._model.config import Durability
 from aioqueue._model.errors import DurabilityError
 from aioqueue._transport.steps import Command, Confirm, Pipeline, Steps
-from aioqueue._wire.scripts import LuaScript
+from aioqueue._wire.scripts import LuaScript, ScriptCall
 
 __all__ = ["WAITAOF_RECHECK", "DurableCalls", "durable_pipelined_steps"]
 
 WAITAOF_RECHECK = 10.0
 """Seconds a client leaves WAITAOF out after a server said it cannot run it (no AOF, or a
 version without WAITAOF), before it asks again."""
-
-ScriptCall = tuple[Sequence[str], Sequence[str | int | bytes]]
 
 # Per client (asyncio or blocking): the monotonic time until which WAITAOF is left out.
 _without_waitaof: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
@@ -152,13 +150,13 @@ def durable_pipelined_steps(
     replies = reply.replies
     results = []
     ran_alone = []
-    for (keys, args), call_reply in zip(calls, replies, strict=True):
+    for call, call_reply in zip(calls, replies, strict=True):
         if isinstance(call_reply, ResponseError):
             # Run again first, even when the confirmation fell short: through redis-py's
             # routing, a MOVED teaches the client where the slot went, without which a
             # retry would go back to the same node.
-            call_reply = yield from script.steps(client, keys, args)
-            ran_alone.append((keys, args))
+            call_reply = yield from script.steps(client, *call)
+            ran_alone.append(call)
         elif isinstance(call_reply, BaseException):
             raise call_reply
         results.append(call_reply)

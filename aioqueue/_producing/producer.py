@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import anyio
 
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.errors import DurabilityError
 from aioqueue._model.event import Event
+from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
 from aioqueue._producing.writes import (
     CHUNK_SIZE,
     DueTime,
-    EnqueueItem,
     enqueue_many_steps,
     enqueue_steps,
     event_item,
@@ -25,10 +25,11 @@ from aioqueue._transport.steps import Steps, run_steps
 from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.queues import QueueDirectory
 
-__all__ = ["Producer"]
+__all__ = ["EnqueueOutcome", "Producer"]
 
-_WriteMode: TypeAlias = "tuple[str, bool, int | None]"
-"""What calls must share to share a script call: their event type, replace, max_wait_ms."""
+_Coalesced: TypeAlias = "tuple[str, bool, int | None]"
+"""What calls must share to share a script call: their event type, and their write mode's
+replace and max_wait_ms (a plain tuple: one is made per call)."""
 
 # Script calls in flight at once during enqueue_many, each on its own pooled connection.
 CONCURRENT_CHUNKS = 4
@@ -44,6 +45,15 @@ CONCURRENT_CHUNKS = 4
 LANES = 2
 
 
+class EnqueueOutcome(NamedTuple):
+    """What an enqueue did with one event."""
+
+    event_type: str
+    """The event's type, by its wire name."""
+    scheduled: bool
+    """True when scheduled, False when an event of that type and id was pending and kept."""
+
+
 class Producer:
     """Validates events and schedules them, grouped per partition and chunked."""
 
@@ -57,7 +67,7 @@ class Producer:
         # partitions: a batch goes out as one call per partition, sent together. Its lanes
         # take the service's connections as every call does (call_gate.py): a producer of a
         # thousand types holds no more of them than a producer of one.
-        self._coalescers: dict[_WriteMode, Coalescer[EnqueueItem, bool]] = {}
+        self._coalescers: dict[_Coalesced, Coalescer[EnqueueItem, bool]] = {}
 
     async def enqueue(
         self,
@@ -67,33 +77,28 @@ class Producer:
         *,
         replace: bool,
         max_wait_ms: int | None = None,
-    ) -> tuple[str, bool]:
+    ) -> EnqueueOutcome:
         """Schedules one event; returns its event type and whether it was scheduled.
         Concurrent calls for the same type share script calls."""
         queue = self._queues.known(type(event)) or await self._queues.recorded(type(event))
         layout = queue.layout
         item = self._item(event, due, context)
-        mode = (layout.event_type, replace, max_wait_ms)
-        coalescer = self._coalescers.get(mode)
+        coalesced = (layout.event_type, replace, max_wait_ms)
+        coalescer = self._coalescers.get(coalesced)
         if coalescer is None:
-            coalescer = self._coalescers[mode] = Coalescer(
+            mode = WriteMode(replace=replace, max_wait_ms=max_wait_ms)
+            coalescer = self._coalescers[coalesced] = Coalescer(
                 [
-                    functools.partial(self._write_coalesced, layout, mode)
+                    functools.partial(self._write, layout, mode=mode)
                     for _ in range(self._lanes_for(layout))
                 ],
                 CHUNK_SIZE,
             )
-        return layout.event_type, await coalescer.submit(item)
+        return EnqueueOutcome(layout.event_type, await coalescer.submit(item))
 
     def _lanes_for(self, layout: QueueLayout) -> int:
         one_call_a_batch = layout.partitions == 1 and self._config.durability is None
         return LANES if one_call_a_batch else 1
-
-    async def _write_coalesced(
-        self, layout: QueueLayout, mode: _WriteMode, items: list[EnqueueItem]
-    ) -> list[bool]:
-        _, replace, max_wait_ms = mode
-        return await self._write(layout, items, replace=replace, max_wait_ms=max_wait_ms)
 
     async def enqueue_many(
         self,
@@ -104,10 +109,11 @@ class Producer:
         replace: bool,
         max_wait_ms: int | None = None,
     ) -> list[tuple[str, bool]]:
-        """Schedules `events`; returns (event type, scheduled) per event, in order.
+        """Schedules `events`; returns what it did with each (an EnqueueOutcome), in order.
 
         Every event is validated and encoded before anything is written.
         """
+        mode = WriteMode(replace=replace, max_wait_ms=max_wait_ms)
         by_type: dict[QueueLayout, list[tuple[int, EnqueueItem]]] = {}
         types: list[str] = []
         for index, event in enumerate(events):
@@ -128,10 +134,7 @@ class Producer:
         async def write(layout: QueueLayout, chunk: list[tuple[int, EnqueueItem]]) -> None:
             async with limiter:
                 try:
-                    scheduled = await self._write(
-                        layout, [item for _, item in chunk], replace=replace,
-                        max_wait_ms=max_wait_ms,
-                    )  # fmt: skip
+                    scheduled = await self._write(layout, [item for _, item in chunk], mode=mode)
                 except DurabilityError as exc:
                     not_confirmed.append(exc)
                     return
@@ -146,15 +149,15 @@ class Producer:
                     writers.start_soon(write, layout, chunk)
         if not_confirmed:
             raise not_confirmed[0]
-        return list(zip(types, results, strict=True))
+        # Typed as plain pairs while EventService passes the list on as list[tuple[str, bool]]
+        # (a list of a subtype is no list of its base type).
+        return [
+            EnqueueOutcome(event_type, scheduled)
+            for event_type, scheduled in zip(types, results, strict=True)
+        ]
 
     async def _write(
-        self,
-        layout: QueueLayout,
-        items: list[EnqueueItem],
-        *,
-        replace: bool,
-        max_wait_ms: int | None,
+        self, layout: QueueLayout, items: list[EnqueueItem], *, mode: WriteMode
     ) -> list[bool]:
         durability = self._config.durability
         all_keys = layout.all_keys
@@ -162,14 +165,11 @@ class Producer:
         if len(all_keys) == 1 and len(items) <= CHUNK_SIZE:  # a coalesced batch: one call
             steps = enqueue_steps(
                 self._client, all_keys[0], layout.event_type, items,
-                replace=replace, max_wait_ms=max_wait_ms, durability=durability,
+                mode=mode, durability=durability,
             )  # fmt: skip
         else:
             writes = [(layout.keys_for(item.id), layout.event_type, item) for item in items]
-            steps = enqueue_many_steps(
-                self._client, writes, replace=replace, max_wait_ms=max_wait_ms,
-                durability=durability,
-            )  # fmt: skip
+            steps = enqueue_many_steps(self._client, writes, mode=mode, durability=durability)
         return await run_steps(self._client, steps)
 
     def prepare(self, event: Event, due: DueTime, context: str = "{}") -> EnqueueItem:

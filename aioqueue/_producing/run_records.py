@@ -30,7 +30,8 @@ __all__ = ["RecordedCall", "take_over_steps"]
 @dataclass(frozen=True, slots=True)
 class RecordedCall:
     """Where an enqueue call records itself: its Spark task's run record, under its
-    attempt and its number in that attempt."""
+    attempt and its number in that attempt (the enqueue mode's `run`, see
+    enqueue_calls.WriteMode)."""
 
     run_id: str
     task: int
@@ -41,11 +42,6 @@ class RecordedCall:
 
     def record_key(self, keys: QueueKeys) -> str:
         return keys.run_record(self.run_id, self.task)
-
-    @property
-    def mode(self) -> str:
-        """What follows the enqueue script's mode (see enqueue.lua)."""
-        return f"@{self.attempt}:{self.call}"
 
 
 def take_over_steps(

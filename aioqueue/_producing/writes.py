@@ -4,9 +4,9 @@ Every producer goes through here: the asyncio EventService, the blocking SyncPro
 HTTP API and the Spark writers. Arguments are checked the same way (`DueTime`, `max_wait_ms`,
 `context_json`, `event_item`), and each script call is built by one function and run as
 steps (see steps.py) on whichever client the producer has, so no producer can write an
-envelope or a script argument another would not. Given a `Durability`, the enqueue steps
-return only once replicas confirmed the write (see durability.py), whichever producer runs
-them.
+envelope or a script argument another would not (an enqueue's calls are built by
+enqueue_calls.py). Given a `Durability`, the enqueue steps return only once replicas
+confirmed the write (see durability.py), whichever producer runs them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 
@@ -28,8 +28,13 @@ from aioqueue._model.errors import (
 )
 from aioqueue._model.event import Event
 from aioqueue._model.serializer import Serializer
-from aioqueue._producing.durability import DurableCalls, durable_pipelined_steps
-from aioqueue._producing.run_records import RecordedCall
+from aioqueue._producing.enqueue_calls import (
+    EnqueueCall,
+    EnqueueItem,
+    WriteMode,
+    enqueue_calls_steps,
+    scheduled_flags,
+)
 from aioqueue._transport.client import RedisClient
 from aioqueue._transport.steps import Steps, run_steps
 from aioqueue._wire.envelope import text
@@ -40,14 +45,11 @@ __all__ = [
     "CHUNK_SIZE",
     "MAX_DELAY",
     "DueTime",
-    "EnqueueItem",
     "MoveResult",
     "RunNowResult",
     "cancel",
     "cancel_steps",
     "context_json",
-    "enqueue_call",
-    "enqueue_calls_steps",
     "enqueue_items",
     "enqueue_many_steps",
     "enqueue_steps",
@@ -56,7 +58,6 @@ __all__ = [
     "reschedule",
     "reschedule_steps",
     "run_now",
-    "scheduled_flags",
 ]
 
 MAX_DELAY = timedelta(days=36525)
@@ -68,9 +69,6 @@ _MAX_DELAY_SECONDS = MAX_DELAY.total_seconds()
 MoveResult = Literal["moved", "missing", "in_flight"]
 RunNowResult = Literal["due", "missing", "in_flight"]
 
-CONFIRMED_MODE = "+wait"
-"""Ends an enqueue call's mode when WAIT follows the call: a call that writes no event then
-writes a no-op, so that the WAIT covers the events it kept (see enqueue.lua, durability.py)."""
 CHUNK_SIZE = 500
 """Events per enqueue script call: large enough to amortise the round trip, small enough that
 one call never blocks the server for more than about a millisecond."""
@@ -152,17 +150,6 @@ def context_json(context: Mapping[str, str] | None) -> str:
     return orjson.dumps(dict(context)).decode()
 
 
-@dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
-class EnqueueItem:
-    """One event to schedule: `due_ms` is a delay, or epoch ms when `absolute`."""
-
-    id: str
-    payload: str
-    context_json: str
-    due_ms: int
-    absolute: bool
-
-
 def event_item(
     serializer: Serializer, max_payload_bytes: int, event: Event, due: DueTime, context: str
 ) -> EnqueueItem:
@@ -194,106 +181,44 @@ def event_item(
     return EnqueueItem(event_id, payload, context, due.milliseconds, due.absolute)
 
 
-def enqueue_call(
-    keys: QueueKeys,
-    event_type: str,
-    items: Sequence[EnqueueItem],
-    *,
-    replace: bool,
-    max_wait_ms: int | None = None,
-    recorded: RecordedCall | None = None,
-) -> tuple[list[str], list[str | int]]:
-    """The keys and arguments of one enqueue.lua call for `items` (see its header).
-
-    With `max_wait_ms` (and `replace`), a replacement never becomes due later than its
-    debounce series' first enqueue plus max_wait. With `recorded` (a Spark task's call),
-    the call records what it did in the task's run record (see run_records.py).
-    """
-    mode = "0" if not replace else "1" if max_wait_ms is None else f"1:{max_wait_ms}"
-    if recorded is not None:
-        mode += recorded.mode
-    args: list[str | int] = [mode, event_type]
-    for item in items:
-        args += [
-            item.id,
-            item.payload,
-            item.context_json,
-            "at" if item.absolute else "delay",
-            item.due_ms,
-        ]
-    script_keys = [keys.schedule, keys.events, keys.sequence, keys.wake, keys.counts]
-    if recorded is not None:
-        script_keys.append(recorded.record_key(keys))
-    if max_wait_ms is not None:
-        script_keys.append(keys.ready)  # tells a dispatched version from one a handler took
-    return script_keys, args
-
-
 def enqueue_steps(
     client: object,
     keys: QueueKeys,
     event_type: str,
     items: Sequence[EnqueueItem],
     *,
-    replace: bool,
-    max_wait_ms: int | None = None,
+    mode: WriteMode,
     durability: Durability | None = None,
 ) -> Steps[list[bool]]:
     """Schedules `items` in one script call; False for each id that was kept pending.
 
     With `durability`, returns only once the write (a kept event's included) is confirmed;
     raises DurabilityError otherwise."""
-    call = enqueue_call(keys, event_type, items, replace=replace, max_wait_ms=max_wait_ms)
+    call = EnqueueCall(keys, event_type, items, mode)
     if durability is None:
-        return scheduled_flags((yield from ENQUEUE.steps(client, *call)))
-    [reply] = yield from enqueue_calls_steps(client, [call], durability=durability)
-    return scheduled_flags(reply)
-
-
-def enqueue_calls_steps(
-    client: object,
-    calls: Sequence[tuple[Sequence[str], Sequence[str | int]]],
-    *,
-    durability: Durability | None = None,
-) -> Steps[list[Any]]:
-    """Runs enqueue calls built by `enqueue_call` together (one round trip on a single
-    server, one per node on a cluster); returns each call's reply (`scheduled_flags` reads
-    it). With `durability`, the calls are marked and each connection confirms them in the
-    same round trip (see durability.py); raises DurabilityError when a confirmation falls
-    short, and the events may then exist or not: enqueueing them again is safe."""
-    if durability is None:
-        replies: list[Any] = yield from ENQUEUE.pipelined_steps(client, calls)
-        return replies
-    marked = [(keys, [f"{args[0]}{CONFIRMED_MODE}", *args[1:]]) for keys, args in calls]
-    durable = DurableCalls(durability, touch=_touch)
-    return (yield from durable_pipelined_steps(ENQUEUE, client, marked, durable))
-
-
-def _touch(
-    call: tuple[Sequence[str], Sequence[str | int | bytes]],
-) -> tuple[Sequence[str], Sequence[str | int | bytes]]:
-    """A marked call on `call`'s keys that schedules nothing: it writes only the no-op that
-    lets a WAIT after it confirm what an earlier call on those keys wrote."""
-    keys, args = call
-    return keys, [f"0{CONFIRMED_MODE}", args[1]]
+        return scheduled_flags((yield from ENQUEUE.steps(client, *call.script_call())))
+    [scheduled] = yield from enqueue_calls_steps(client, [call], durability=durability)
+    return scheduled
 
 
 def enqueue_many_steps(
     client: object,
     writes: Sequence[tuple[QueueKeys, str, EnqueueItem]],
     *,
-    replace: bool,
-    max_wait_ms: int | None = None,
+    mode: WriteMode,
     durability: Durability | None = None,
 ) -> Steps[list[bool]]:
-    """Schedules each item into the queue (keys, event type) it names: grouped per queue
+    """Schedules each item into the queue (keys, event type) it names (a plain tuple each:
+    one is made per event, and a named one costs several times as much), grouped per queue
     (partition), CHUNK_SIZE items per script call, the calls pipelined (see
     LuaScript.pipelined_steps: one round trip on a single server, one per node on a cluster).
     Returns, per item in order, whether it was scheduled; with `durability`, once each round
     trip's calls are confirmed (one WAIT per connection of it, not per call or item)."""
     by_queue: dict[tuple[QueueKeys, str], list[int]] = {}
-    for index, (keys, event_type, _) in enumerate(writes):
+    items: list[EnqueueItem] = []
+    for index, (keys, event_type, item) in enumerate(writes):
         by_queue.setdefault((keys, event_type), []).append(index)
+        items.append(item)
     chunks = [
         (keys, event_type, indices[start : start + CHUNK_SIZE])
         for (keys, event_type), indices in by_queue.items()
@@ -301,33 +226,23 @@ def enqueue_many_steps(
     ]
     if len(chunks) == 1:  # the usual batch: one call, no pipeline around it
         keys, event_type, _ = chunks[0]
-        items = [item for _, _, item in writes]
         return (
             yield from enqueue_steps(
-                client, keys, event_type, items,
-                replace=replace, max_wait_ms=max_wait_ms, durability=durability,
+                client, keys, event_type, items, mode=mode, durability=durability
             )
-        )  # fmt: skip
+        )
     results = [False] * len(writes)
     for first in range(0, len(chunks), CALLS_PER_PIPELINE):
         batch = chunks[first : first + CALLS_PER_PIPELINE]
         calls = [
-            enqueue_call(
-                keys, event_type, [writes[index][2] for index in chunk],
-                replace=replace, max_wait_ms=max_wait_ms,
-            )
+            EnqueueCall(keys, event_type, [items[index] for index in chunk], mode)
             for keys, event_type, chunk in batch
-        ]  # fmt: skip
+        ]
         replies = yield from enqueue_calls_steps(client, calls, durability=durability)
-        for (_, _, chunk), reply in zip(batch, replies, strict=True):
-            for index, scheduled in zip(chunk, scheduled_flags(reply), strict=True):
+        for (_, _, chunk), flags in zip(batch, replies, strict=True):
+            for index, scheduled in zip(chunk, flags, strict=True):
                 results[index] = scheduled
     return results
-
-
-def scheduled_flags(reply: Any) -> list[bool]:
-    """enqueue.lua's reply: 1 scheduled, 0 kept the pending event, per item."""
-    return [int(result) == 1 for result in reply]
 
 
 async def enqueue_items(
@@ -336,13 +251,11 @@ async def enqueue_items(
     event_type: str,
     items: Sequence[EnqueueItem],
     *,
-    replace: bool,
-    max_wait_ms: int | None = None,
+    mode: WriteMode,
 ) -> list[bool]:
     """Schedules `items` of one queue in one script call; False for each id that was kept
     pending."""
-    steps = enqueue_steps(client, keys, event_type, items, replace=replace, max_wait_ms=max_wait_ms)
-    return await run_steps(client, steps)
+    return await run_steps(client, enqueue_steps(client, keys, event_type, items, mode=mode))
 
 
 async def cancel(client: RedisClient, keys: QueueKeys, event_id: str) -> bool:

@@ -24,8 +24,9 @@ import anyio
 
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
+from aioqueue._producing.enqueue_calls import EnqueueItem
 from aioqueue._producing.producer import Producer
-from aioqueue._producing.writes import DueTime, EnqueueItem
+from aioqueue._producing.writes import DueTime
 from aioqueue._transport.client import RedisClient
 from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._wire.keys import QueueKeys

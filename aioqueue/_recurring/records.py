@@ -16,7 +16,7 @@ from typing import Any, Literal
 import orjson
 
 from aioqueue._model.errors import ConfigurationError
-from aioqueue._producing.writes import EnqueueItem
+from aioqueue._producing.enqueue_calls import EnqueueItem
 from aioqueue._transport.call_gate import gated_call
 from aioqueue._transport.client import RedisClient
 from aioqueue._transport.recovery import logger

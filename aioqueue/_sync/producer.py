@@ -37,6 +37,7 @@ from aioqueue._model.event import Event, event_type_name
 from aioqueue._model.instrumentation import Instrumentation
 from aioqueue._model.metrics import Metrics
 from aioqueue._model.serializer import Serializer
+from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
 from aioqueue._producing.settings import (
     INSTRUMENTATION,
     MAX_PAYLOAD_BYTES,
@@ -46,7 +47,6 @@ from aioqueue._producing.settings import (
 )
 from aioqueue._producing.writes import (
     DueTime,
-    EnqueueItem,
     cancel_steps,
     context_json,
     enqueue_many_steps,
@@ -186,12 +186,12 @@ class SyncProducer:
         """
         self._ensure_open()
         due = DueTime.of(delay, at)
-        bound = max_wait_ms(max_wait, replace=replace)
+        mode = WriteMode(replace=replace, max_wait_ms=max_wait_ms(max_wait, replace=replace))
         item = self._item(event, due, self._context(context))
         event_class = type(event)
 
         def write() -> bool:
-            return self._enqueue_item(event_class, item, replace, bound)
+            return self._enqueue_item(event_class, item, mode)
 
         # The name callers log it by (Django's robust on_commit names the failed function).
         write.__qualname__ = f"enqueue of {event_class.__qualname__} {item.id!r}"
@@ -212,7 +212,7 @@ class SyncProducer:
         before anything is written."""
         self._ensure_open()
         due = DueTime.of(delay, at)
-        bound = max_wait_ms(max_wait, replace=replace)
+        mode = WriteMode(replace=replace, max_wait_ms=max_wait_ms(max_wait, replace=replace))
         context_text = self._context(context)
         items = [(type(event), self._item(event, due, context_text)) for event in events]
         writes = []
@@ -220,13 +220,7 @@ class SyncProducer:
             record = self._record(event_class)
             writes.append((record.layout.keys_for(item.id), record.event_type, item))
         scheduled = self._write(
-            enqueue_many_steps(
-                self._client,
-                writes,
-                replace=replace,
-                max_wait_ms=bound,
-                durability=self._config.durability,
-            )
+            enqueue_many_steps(self._client, writes, mode=mode, durability=self._config.durability)
         )
         for (_, event_type, _), was_scheduled in zip(writes, scheduled, strict=True):
             self._config.metrics.event_enqueued(event_type, scheduled=was_scheduled)
@@ -287,15 +281,13 @@ class SyncProducer:
         state = "closed" if self._closed else "open"
         return f"<SyncProducer prefix={self._config.prefix!r} {state}>"
 
-    def _enqueue_item(
-        self, event_class: type[Event], item: EnqueueItem, replace: bool, bound: int | None
-    ) -> bool:
+    def _enqueue_item(self, event_class: type[Event], item: EnqueueItem, mode: WriteMode) -> bool:
         self._ensure_open()
         record = self._record(event_class)
         [scheduled] = self._write(
             enqueue_steps(
                 self._client, record.layout.keys_for(item.id), record.event_type, [item],
-                replace=replace, max_wait_ms=bound, durability=self._config.durability,
+                mode=mode, durability=self._config.durability,
             )
         )  # fmt: skip
         self._config.metrics.event_enqueued(record.event_type, scheduled=scheduled)

@@ -19,6 +19,7 @@ from aioqueue._wire.envelope import (
     time_problem,
 )
 from aioqueue._wire.queues import TypeQueue
+from aioqueue._wire.store import DeadLetterEntry
 
 __all__ = ["DeadLetterRecord", "newest_dead_letters", "read_dead_letters"]
 
@@ -89,11 +90,14 @@ async def newest_dead_letters(queue: TypeQueue, limit: int) -> list[DeadLetterRe
     """The newest `limit` dead letters of a type, over all its partitions."""
     if limit < 1:
         return []
-    entries: list[tuple[bytes | str, float]] = []
+    entries: list[DeadLetterEntry] = []
     for store in queue.stores:
         entries += await store.dead_letter_entries(limit)
-    entries.sort(key=lambda entry: entry[1], reverse=True)
-    return [DeadLetterRecord.parse(queue.event_type, raw, died) for raw, died in entries[:limit]]
+    entries.sort(key=lambda entry: entry.died_at_ms, reverse=True)
+    return [
+        DeadLetterRecord.parse(queue.event_type, entry.stored, entry.died_at_ms)
+        for entry in entries[:limit]
+    ]
 
 
 async def read_dead_letters(

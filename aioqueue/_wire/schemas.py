@@ -13,7 +13,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -25,6 +25,7 @@ from aioqueue._wire.envelope import readable_text, text
 
 __all__ = [
     "PublishedSchema",
+    "PublishedSchemas",
     "SchemaField",
     "publish_schema",
     "publish_schema_steps",
@@ -129,9 +130,16 @@ def _usable(event_type: str, raw: bytes | str | None) -> PublishedSchema | None:
         return None
 
 
-async def read_schemas(
-    client: RedisClient, prefix: str
-) -> tuple[dict[str, PublishedSchema], list[str]]:
+class PublishedSchemas(NamedTuple):
+    """Every published schema of a prefix (read_schemas)."""
+
+    schemas: dict[str, PublishedSchema]
+    """By event type."""
+    problems: list[str]
+    """A description of each unusable entry."""
+
+
+async def read_schemas(client: RedisClient, prefix: str) -> PublishedSchemas:
     """Every published schema by type, and a description of each unusable entry."""
     entries = await gated_call(client, lambda: client.hgetall(schemas_key(prefix)))
     schemas, problems = {}, []
@@ -141,7 +149,7 @@ async def read_schemas(
             schemas[event_type] = PublishedSchema.parse(event_type, raw)
         except (ValueError, UnicodeDecodeError) as exc:
             problems.append(f"published schema of {readable_text(name)!r} is unusable: {exc}")
-    return schemas, problems
+    return PublishedSchemas(schemas, problems)
 
 
 @dataclass(frozen=True, slots=True)

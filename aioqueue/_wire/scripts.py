@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -14,7 +14,7 @@ from aioqueue._transport.held_connection import HeldConnection
 from aioqueue._transport.steps import Command, Pipeline, Steps, run_steps, run_steps_sync
 from aioqueue._wire.functions import LIBRARY
 
-__all__ = ["LuaScript", "script_source"]
+__all__ = ["LuaScript", "ScriptCall", "script_source"]
 
 
 def script_source(name: str) -> str:
@@ -25,6 +25,13 @@ def script_source(name: str) -> str:
     """
     lua = resources.files("aioqueue._wire") / "lua"
     return (lua / "_prelude.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+
+
+class ScriptCall(NamedTuple):
+    """One call of a script: its keys and its arguments (see the script's header)."""
+
+    keys: Sequence[str]
+    args: Sequence[str | int | bytes]
 
 
 class LuaScript:
@@ -82,7 +89,7 @@ class LuaScript:
     def pipelined_steps(
         self,
         client: object,
-        calls: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
+        calls: Sequence[ScriptCall],
     ) -> Steps[list[Any]]:
         """Several calls of the script, (keys, args) each, in one pipeline; a call refused
         there (a server that lacks the library or the script) is run again on its own, with
@@ -100,7 +107,7 @@ class LuaScript:
     def pipelined_outcomes(
         self,
         client: object,
-        calls: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]],
+        calls: Sequence[ScriptCall],
     ) -> Steps[list[Any]]:
         """Several calls of the script in one pipeline, as pipelined_steps, but each call's
         refusal (once it failed again on its own) is its outcome, in its place, rather than

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import orjson
 from redis.exceptions import ResponseError
@@ -23,10 +23,12 @@ from aioqueue._wire.scripts import (
     PEEK,
     RENEW,
     REQUEUE,
+    ScriptCall,
 )
 
 __all__ = [
     "Claimed",
+    "DeadLetterEntry",
     "DispatchCall",
     "DispatchResult",
     "GivenBack",
@@ -110,6 +112,14 @@ class Claimed:
     """The type's rate limit allowed nothing more before this server time (ms)."""
 
 
+class DeadLetterEntry(NamedTuple):
+    """A dead letter as stored, with its time of death."""
+
+    stored: bytes | str
+    """The dead letter's text in `dead_letters` (see DeadLetterRecord.parse)."""
+    died_at_ms: float
+
+
 Requeued = Literal["requeued", "missing", "pending", "unreadable"]
 _REQUEUE_RESULTS: dict[int, Requeued] = {
     1: "requeued",
@@ -145,7 +155,7 @@ class QueueStore:
             raise outcome
         return outcome
 
-    def dispatch_call(self, call: DispatchCall) -> tuple[list[str], list[str | int | bytes]]:
+    def dispatch_call(self, call: DispatchCall) -> ScriptCall:
         """The keys and arguments of dispatch.lua for this queue."""
         k = self.keys
         keys = [
@@ -154,13 +164,8 @@ class QueueStore:
         ]  # fmt: skip
         if call.check_recorded:
             keys.append(k.recorded)
-        args: list[str | int | bytes] = [
-            call.batch_size,
-            call.lease_ms,
-            call.max_attempts,
-            call.ready_capacity,
-        ]
-        return keys, args
+        args = [call.batch_size, call.lease_ms, call.max_attempts, call.ready_capacity]
+        return ScriptCall(keys, args)
 
     async def claim(
         self,
@@ -193,17 +198,13 @@ class QueueStore:
         keys = [self.keys.schedule, self.keys.events, *self.keys.settling]
         return int(await ACKNOWLEDGE.run(self.client, keys, _versions(deliveries)))
 
-    def renewal(
-        self, held: Sequence[Envelope], lease_ms: int
-    ) -> tuple[list[str], list[str | int | bytes]]:
+    def renewal(self, held: Sequence[Envelope], lease_ms: int) -> ScriptCall:
         """The keys and arguments of renew.lua for the attempts `held` of this queue."""
         attempts: list[str | int] = []
         for envelope in held:
             attempts += [envelope.id, envelope.version, envelope.attempt]
-        return [self.keys.schedule, self.keys.events, self.keys.counts], [
-            lease_ms,
-            orjson.dumps(attempts),
-        ]
+        keys = [self.keys.schedule, self.keys.events, self.keys.counts]
+        return ScriptCall(keys, [lease_ms, orjson.dumps(attempts)])
 
     async def hand_back(self, attempts: Sequence[GivenBack]) -> int:
         """Gives back attempts a stopping worker holds (hand_back.lua); returns how many were
@@ -240,8 +241,8 @@ class QueueStore:
             raise RuntimeError(f"fail.lua returned {outcome!r}")
         return outcome  # type: ignore[return-value]
 
-    async def dead_letter_entries(self, limit: int) -> list[tuple[bytes | str, float]]:
-        """The newest `limit` dead letters as (stored envelope, died_at ms)."""
+    async def dead_letter_entries(self, limit: int) -> list[DeadLetterEntry]:
+        """The newest `limit` dead letters, newest first."""
         newest = cast(
             "list[tuple[bytes | str, float]]",
             await gated_call(
@@ -258,7 +259,7 @@ class QueueStore:
             self.client, lambda: self.client.hmget(self.keys.dead_letters, ids)
         )
         return [
-            (raw, died_at)
+            DeadLetterEntry(raw, died_at)
             for raw, (_, died_at) in zip(raws, newest, strict=True)
             if raw is not None
         ]
@@ -277,9 +278,7 @@ def _versions(deliveries: Sequence[Envelope]) -> list[str | int]:
     return args
 
 
-async def renew_leases(
-    client: RedisClient, renewals: Sequence[tuple[list[str], list[str | int | bytes]]]
-) -> list[list[int]]:
+async def renew_leases(client: RedisClient, renewals: Sequence[ScriptCall]) -> list[list[int]]:
     """Sends the renewals of several queues (QueueStore.renewal) in one pipeline: one round
     trip on one server, one per node on a cluster; returns, per queue, the positions (from
     1) of the attempts no longer held."""
@@ -323,9 +322,7 @@ async def peek_queues(client: RedisClient, stores: Sequence[QueueStore]) -> list
     """What waits in each of `stores`' queues, in one pipeline (see peek.lua); None for a
     queue whose keys the server refuses to read (written by hand with the wrong type: its
     dispatch says so, and the other queues' peeks go on)."""
-    calls: list[tuple[list[str], list[str | int | bytes]]] = [
-        ([store.keys.schedule, store.keys.ready], []) for store in stores
-    ]
+    calls = [ScriptCall([store.keys.schedule, store.keys.ready], []) for store in stores]
     replies = await run_steps(client, PEEK.pipelined_outcomes(client, calls))
     return [
         None

@@ -12,7 +12,8 @@ import orjson
 from aioqueue._model.config import Durability
 from aioqueue._model.errors import InvalidEnqueueError
 from aioqueue._model.event import _WIRE_NAME
-from aioqueue._producing.writes import DueTime, EnqueueItem, context_json, enqueue_steps
+from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
+from aioqueue._producing.writes import DueTime, context_json, enqueue_steps
 from aioqueue._transport.client import RedisClient
 from aioqueue._transport.steps import run_steps
 from aioqueue._wire.registry import resolve_layout
@@ -143,7 +144,7 @@ async def enqueue(
         layout.keys_for(request.item.id),
         request.event_type,
         [request.item],
-        replace=request.replace,
+        mode=WriteMode(replace=request.replace),
         durability=durability,
     )
     [scheduled] = await run_steps(client, steps)

@@ -2,9 +2,9 @@
 partition, whatever the session kind (classic or Spark Connect).
 
 A task reads Arrow record batches of (id, payload JSON, due ms, context values...), groups
-their rows by queue partition into enqueue script calls of `batch_size` rows, each built by
-writes.enqueue_call (the builder every producer uses), sends them together on a blocking
-client (writes.enqueue_calls_steps: one pipeline on a single server, one per node on a
+their rows by queue partition into enqueue script calls of `batch_size` rows (an
+enqueue_calls.EnqueueCall each, as every producer builds its calls), sends them together on
+a blocking client (enqueue_calls_steps: one pipeline on a single server, one per node on a
 cluster), and yields one row with its counts.
 
 A pipeline is sent from a thread of the task's own while the task prepares the next one (the
@@ -26,13 +26,13 @@ import orjson
 import pyarrow as pa
 
 from aioqueue._model.config import Durability
-from aioqueue._producing.run_records import RecordedCall, take_over_steps
-from aioqueue._producing.writes import (
+from aioqueue._producing.enqueue_calls import (
+    EnqueueCall,
     EnqueueItem,
-    enqueue_call,
+    WriteMode,
     enqueue_calls_steps,
-    scheduled_flags,
 )
+from aioqueue._producing.run_records import RecordedCall, take_over_steps
 from aioqueue._transport.client import SyncRedisClient
 from aioqueue._transport.steps import run_steps_sync
 from aioqueue._wire.keys import QueueLayout, partition_of
@@ -121,7 +121,7 @@ class ChunkWriter:
         self._calls = 0
         self._open: list[list[EnqueueItem]] = [[] for _ in self._keys]
         self._full: list[tuple[int, list[EnqueueItem]]] = []
-        self._in_flight: Future[list[Any]] | None = None
+        self._in_flight: Future[list[list[bool]]] | None = None
         self.scheduled = 0
         self.already_pending = 0
         # What earlier attempts of this task did, id by id; only a retry finds any. Taken
@@ -203,14 +203,12 @@ class ChunkWriter:
         chunks, self._full = self._full, []
         calls = []
         for partition, chunk in chunks:
-            recorded = RecordedCall(self._plan.run_id, self._task, self._attempt, self._calls)
+            run = RecordedCall(self._plan.run_id, self._task, self._attempt, self._calls)
             self._calls += 1
+            mode = WriteMode(replace=self._plan.replace, run=run)
             calls.append(
-                enqueue_call(
-                    self._keys[partition], self._plan.layout.event_type, chunk,
-                    replace=self._plan.replace, recorded=recorded,
-                )
-            )  # fmt: skip
+                EnqueueCall(self._keys[partition], self._plan.layout.event_type, chunk, mode)
+            )
         self._await_sent()
         steps = enqueue_calls_steps(self._client, calls, durability=self._plan.durability)
         self._in_flight = self._sender.submit(run_steps_sync, self._client, steps)
@@ -220,7 +218,7 @@ class ChunkWriter:
         if self._in_flight is None:
             return
         replies, self._in_flight = self._in_flight.result(), None
-        for reply in replies:
-            scheduled = sum(scheduled_flags(reply))
+        for flags in replies:
+            scheduled = sum(flags)
             self.scheduled += scheduled
-            self.already_pending += len(reply) - scheduled
+            self.already_pending += len(flags) - scheduled

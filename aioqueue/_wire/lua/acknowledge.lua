@@ -6,4 +6,6 @@
 --   to `finished` (see count_under_way in _prelude.lua)
 -- ARGV: pairs of (id, version)
 -- Returns the number of events deleted.
-return acknowledge_deliveries(KEYS[1], KEYS[2], ARGV, serial_keys(KEYS, 3), KEYS[6])
+local schedule, events, counts = KEYS[1], KEYS[2], KEYS[6]
+local delivered = ARGV
+return acknowledge_deliveries(schedule, events, delivered, serial_keys(KEYS, 3), counts)

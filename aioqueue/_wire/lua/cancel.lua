@@ -8,17 +8,19 @@
 --   count_under_way in _prelude.lua)
 -- ARGV[1] id
 -- Returns 1 when an event was removed, 0 when none was pending.
+local schedule, events, counts = KEYS[1], KEYS[2], KEYS[6]
 local serial = serial_keys(KEYS, 3)
-local stored = (serial or KEYS[6]) and redis.call('HGET', KEYS[2], ARGV[1])
-local removed = redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
+local id = ARGV[1]
+local stored = (serial or counts) and redis.call('HGET', events, id)
+local removed = redis.call('HDEL', events, id)
+redis.call('ZREM', schedule, id)
 if stored then
   local envelope = decoded_object(stored)
   if envelope then
     if envelope.due_at ~= nil then
-      count_under_way(KEYS[6], -1)
+      count_under_way(counts, -1)
     end
-    if settle_serial(serial, KEYS[1], KEYS[2], envelope.serial, ARGV[1]) > 0 then
+    if settle_serial(serial, schedule, events, envelope.serial, id) > 0 then
       wake_dispatchers(serial.wake)
     end
   end

@@ -23,37 +23,40 @@
 -- Returns {server now ms, envelopes left in the ready list, envelope, envelope, ...}, or
 -- {server now ms, -1, envelopes in the ready list} while the type is paused, or
 -- {server now ms, -2, envelopes in the ready list, ms when the rate limit lets one more out}.
+local ready, schedule, events = KEYS[1], KEYS[2], KEYS[3]
+local dead_letters, dead_letter_times, paused = KEYS[4], KEYS[5], KEYS[6]
+local rate, starts, counts = KEYS[7], KEYS[8], KEYS[12]
+local count, lease, acknowledged = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local now = server_time_ms()
-local lease = tonumber(ARGV[2])
-if ARGV[3] then
-  acknowledge_deliveries(KEYS[2], KEYS[3], cjson.decode(ARGV[3]), serial_keys(KEYS, 9), KEYS[12])
+if acknowledged then
+  acknowledge_deliveries(schedule, events, cjson.decode(acknowledged), serial_keys(KEYS, 9),
+                         counts)
 end
-if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
-  return {now, -1, redis.call('LLEN', KEYS[1])}
+if paused and redis.call('HEXISTS', paused, 'paused') == 1 then
+  return {now, -1, redis.call('LLEN', ready)}
 end
-local count = tonumber(ARGV[1])
-local rate = KEYS[7] and rate_room(KEYS[7], KEYS[8], now)
-if rate and rate.room < count then
-  count = rate.room
+local allowance = rate and rate_room(rate, starts, now)
+if allowance and allowance.room < count then
+  count = allowance.room
   if count < 1 then
-    return {now, -2, redis.call('LLEN', KEYS[1]), rate.next_ms}
+    return {now, -2, redis.call('LLEN', ready), allowance.next_ms}
   end
 end
 local result = {now, 0}
 if count < 1 then
-  result[2] = redis.call('LLEN', KEYS[1])
+  result[2] = redis.call('LLEN', ready)
   return result
 end
-local popped = redis.call('LPOP', KEYS[1], count)
+local popped = redis.call('LPOP', ready, count)
 if not popped then
   return result
 end
-result[2] = redis.call('LLEN', KEYS[1])
-local ids, deliveries, _, unreadable = current_deliveries(KEYS[3], popped)
+result[2] = redis.call('LLEN', ready)
+local ids, deliveries, _, unreadable = current_deliveries(events, popped)
 for _, raw in ipairs(unreadable) do
   -- Not ours to interpret, but never dropped silently.
   local id = 'unreadable:' .. redis.sha1hex(raw)
-  bury(KEYS[2], KEYS[3], KEYS[4], KEYS[5], id, {id = id, raw = raw},
+  bury(schedule, events, dead_letters, dead_letter_times, id, {id = id, raw = raw},
     'ready list entry is not a valid envelope', now)
 end
 local leases, started = {}, {}
@@ -65,9 +68,9 @@ for i, raw in ipairs(deliveries) do
   started[#started + 1] = ids[i] .. '@' .. now
 end
 if #leases > 0 then
-  call_chunked('ZADD', KEYS[2], leases, 'XX')
-  if rate then
-    call_chunked('ZADD', KEYS[8], started)
+  call_chunked('ZADD', schedule, leases, 'XX')
+  if allowance then
+    call_chunked('ZADD', starts, started)
   end
 end
 return result

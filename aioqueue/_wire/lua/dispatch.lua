@@ -31,6 +31,14 @@
 -- list after the call, unrecorded 1 when KEYS[13] is missing (else 0), extended how many
 -- unclaimed deliveries got another lease where they wait.
 
+local schedule, events, ready = KEYS[1], KEYS[2], KEYS[3]
+local dead_letters, dead_letter_times, paused = KEYS[4], KEYS[5], KEYS[6]
+local rate, starts = KEYS[7], KEYS[8]
+local serial_field, serial_holders, serial_waiting = KEYS[9], KEYS[10], KEYS[11]
+local counts, recorded = KEYS[12], KEYS[13]
+local batch_size, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
+local max_attempts, capacity = tonumber(ARGV[3]), tonumber(ARGV[4])
+
 -- Why a decoded envelope cannot be delivered, or nil. A consumer cannot settle an envelope
 -- without a version, nor claim one whose id is not its field, so without this check such an
 -- event would come back after every lease until its attempts ran out, buried for the wrong
@@ -66,34 +74,32 @@ end
 local now = server_time_ms()
 -- GET rather than EXISTS: the ACL rule services run under (docs/operating/security.md)
 -- allows GET, and a rule already deployed must go on working.
-if KEYS[13] and not redis.call('GET', KEYS[13]) then
+if recorded and not redis.call('GET', recorded) then
   -- Events of a serial key or over a rate limit would start at once without their settings;
   -- a limit the call did not reach, so the dispatcher waits for the recording to wake it.
-  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0, 1, 0}
+  return {0, 0, now, -1, batch_size, redis.call('LLEN', ready), 0, 1, 0}
 end
-if KEYS[6] and redis.call('HEXISTS', KEYS[6], 'paused') == 1 then
+if paused and redis.call('HEXISTS', paused, 'paused') == 1 then
   -- Paused (pause.lua): no earliest time, and a limit the call did not reach, so dispatchers
   -- sleep until resume.lua wakes them or their scheduling interval passes (a limit of 0
   -- would read as a full batch: go on at once).
-  return {0, 0, now, -1, tonumber(ARGV[1]), redis.call('LLEN', KEYS[3]), 0, 0, 0}
+  return {0, 0, now, -1, batch_size, redis.call('LLEN', ready), 0, 0, 0}
 end
-local lease = tonumber(ARGV[2])
-local max_attempts = tonumber(ARGV[3])
 -- The ready list is bounded: when consumers fall behind, events wait in the schedule
 -- (where attempts are not spent) rather than in the list.
-local ready_length = redis.call('LLEN', KEYS[3])
-local limit = math.min(tonumber(ARGV[1]), tonumber(ARGV[4]) - ready_length)
-local rate = KEYS[7] and rate_room(KEYS[7], KEYS[8], now)
-if rate then
-  local room = rate.room - ready_length  -- what waits in the ready list uses room too
+local ready_length = redis.call('LLEN', ready)
+local limit = math.min(batch_size, capacity - ready_length)
+local allowance = rate and rate_room(rate, starts, now)
+if allowance then
+  local room = allowance.room - ready_length  -- what waits in the ready list uses room too
   if room < 1 then
     -- Back when the window lets one more out; a limit not reached, so no busy loop.
-    return {0, 0, now, rate.next_ms, tonumber(ARGV[1]), ready_length, 0, 0, 0}
+    return {0, 0, now, allowance.next_ms, batch_size, ready_length, 0, 0, 0}
   end
   limit = math.min(limit, room)
 end
 -- Serial keys: the payload field, and per value met in this batch the id that holds it.
-local serial_field = KEYS[9] and redis.call('GET', KEYS[9])
+local payload_field = serial_field and redis.call('GET', serial_field)
 local holder_of = {}
 local taken, parked_envelopes, parked_ids, parked_members = {}, {}, {}, {}
 
@@ -103,8 +109,8 @@ local taken, parked_envelopes, parked_ids, parked_members = {}, {}, {}, {}
 local function takes_serial_key(value, id)
   local holder = holder_of[value]
   if holder == nil then
-    holder = redis.call('HGET', KEYS[10], value)
-    if holder and holder ~= id and redis.call('HEXISTS', KEYS[2], holder) == 0 then
+    holder = redis.call('HGET', serial_holders, value)
+    if holder and holder ~= id and redis.call('HEXISTS', events, holder) == 0 then
       holder = false
     end
   end
@@ -123,14 +129,14 @@ local dispatched, buried, parked, extended = 0, 0, 0, 0
 -- Writes the parks and takes of this call so far (they are batched, see call_chunked).
 local function write_serial_batch()
   if #parked_ids > 0 then
-    call_chunked('HSET', KEYS[2], parked_envelopes)
-    call_chunked('ZREM', KEYS[1], parked_ids)
-    call_chunked('ZADD', KEYS[11], parked_members)
+    call_chunked('HSET', events, parked_envelopes)
+    call_chunked('ZREM', schedule, parked_ids)
+    call_chunked('ZADD', serial_waiting, parked_members)
     parked = parked + #parked_ids
     parked_envelopes, parked_ids, parked_members = {}, {}, {}
   end
   if #taken > 0 then
-    call_chunked('HSET', KEYS[10], taken)
+    call_chunked('HSET', serial_holders, taken)
     taken = {}
   end
 end
@@ -141,21 +147,22 @@ end
 -- in this call stays taken. When a parked event comes back (due), the later events of the
 -- value in this call wait behind it: '' is a holder no id can be.
 local function free_serial_key(held, id)
-  if not KEYS[11] or type(held) ~= 'string' then
+  if not serial_waiting or type(held) ~= 'string' then
     return
   end
   write_serial_batch()
   local before = holder_of[held]
-  local moved = settle_serial({holders = KEYS[10], waiting = KEYS[11]}, KEYS[1], KEYS[2], held, id)
+  local serial = {holders = serial_holders, waiting = serial_waiting}
+  local moved = settle_serial(serial, schedule, events, held, id)
   if not before or before == id then
     holder_of[held] = moved > 0 and '' or nil
   end
 end
 
-local started, ended = 0, 0  -- attempts under way, for KEYS[12]
+local started, ended = 0, 0  -- attempts under way, for counts
 local due = {}
 if limit > 0 then
-  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+  due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 end
 if #due > 0 then
   local ids = {}
@@ -163,10 +170,10 @@ if #due > 0 then
     ids[#ids + 1] = due[i]
   end
   -- One HMGET, and below one HSET, ZADD and RPUSH, for the whole batch (see call_chunked).
-  local stored = hmget_all(KEYS[2], ids)
+  local stored = hmget_all(events, ids)
   -- A number for every event that may be pushed, in push order; those parked or buried
   -- leave gaps, which cost nothing.
-  local next_move = take_moves(KEYS[12], #ids)
+  local next_move = take_moves(counts, #ids)
   local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
   for n, id in ipairs(ids) do
     local raw = stored[n]
@@ -174,7 +181,7 @@ if #due > 0 then
     if raw and not is_time(score) then
       -- Written by hand or by a broken producer: such a score cannot be a due time, and
       -- encoding it would fail this whole call, and with it every other event of the batch.
-      bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw},
+      bury(schedule, events, dead_letters, dead_letter_times, id, {id = id, raw = raw},
            'schedule score ' .. tostring(due[2 * n]) .. ' is not a time in milliseconds', now)
       buried = buried + 1
     elseif not raw then
@@ -192,14 +199,15 @@ if #due > 0 then
         end
       end
       if problem then
-        bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, {id = id, raw = raw}, problem, now)
+        bury(schedule, events, dead_letters, dead_letter_times, id, {id = id, raw = raw}, problem,
+             now)
         buried = buried + 1
       elseif envelope.due_at ~= nil and is_unclaimed(score) then
         -- Pushed, and no worker claimed it within its lease (workers busy or starved, a
         -- failover): it spent nothing. Where its delivery still waits, it gets another
         -- lease and keeps its place; where the list lost it, it is pushed again.
         envelope.id = nil
-        local waiting_at = redis.call('LPOS', KEYS[3], delivery_of(id, raw))
+        local waiting_at = redis.call('LPOS', ready, delivery_of(id, raw))
         if next_move then
           envelope.moved = next_move
           if not waiting_at then
@@ -214,7 +222,7 @@ if #due > 0 then
         leases[#leases + 1] = id
         if waiting_at then
           -- The copy must stay byte for byte the stored envelope (see delivery_of).
-          redis.call('LSET', KEYS[3], waiting_at, delivery_of(id, encoded))
+          redis.call('LSET', ready, waiting_at, delivery_of(id, encoded))
           extended = extended + 1
         else
           deliveries[#deliveries + 1] = delivery_of(id, encoded)
@@ -232,7 +240,7 @@ if #due > 0 then
           if envelope.due_at ~= nil then
             ended = ended + 1
           end
-          bury(KEYS[1], KEYS[2], KEYS[4], KEYS[5], id, envelope, last_error, now)
+          bury(schedule, events, dead_letters, dead_letter_times, id, envelope, last_error, now)
           buried = buried + 1
           free_serial_key(envelope.serial, id)
         else
@@ -240,7 +248,7 @@ if #due > 0 then
           if lapsed then
             envelope.error = lapsed_error(attempt)
           end
-          local value = serial_field and serial_value(envelope, serial_field) or nil
+          local value = payload_field and serial_value(envelope, payload_field) or nil
           if envelope.serial ~= nil and envelope.serial ~= value then
             -- A replacement under another value (or none): free what the replaced version
             -- held, before this one takes anything.
@@ -285,23 +293,23 @@ if #due > 0 then
     end
   end
   if #orphans > 0 then
-    call_chunked('ZREM', KEYS[1], orphans)
+    call_chunked('ZREM', schedule, orphans)
   end
   write_serial_batch()
   if #rewritten > 0 then
-    call_chunked('HSET', KEYS[2], rewritten)
-    call_chunked('ZADD', KEYS[1], leases)
+    call_chunked('HSET', events, rewritten)
+    call_chunked('ZADD', schedule, leases)
   end
   if #deliveries > 0 then
-    call_chunked('RPUSH', KEYS[3], deliveries)
+    call_chunked('RPUSH', ready, deliveries)
     dispatched = #deliveries
     if ready_length == 0 then
-      signal(KEYS[3])  -- consumers that found the list empty wait for this
+      signal(ready)  -- consumers that found the list empty wait for this
     end
   end
 end
-count_under_way(KEYS[12], started - ended)
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+count_under_way(counts, started - ended)
+local first = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
 local earliest = -1
 if first[2] and is_time(tonumber(first[2])) then
   earliest = tonumber(first[2])

@@ -5,17 +5,19 @@
 -- Returns {server now ms, stored envelope or false, schedule score or false,
 --          1 if a current delivery waits in the ready list else 0,
 --          dead letter or false, died at ms or false}.
+local schedule, events, ready = KEYS[1], KEYS[2], KEYS[3]
+local dead_letters, dead_letter_times = KEYS[4], KEYS[5]
 local id = ARGV[1]
-local stored = redis.call('HGET', KEYS[2], id)
+local stored = redis.call('HGET', events, id)
 local in_ready = 0
-if stored and redis.call('LPOS', KEYS[3], delivery_of(id, stored)) then
+if stored and redis.call('LPOS', ready, delivery_of(id, stored)) then
   in_ready = 1
 end
 return {
   server_time_ms(),
   stored,
-  redis.call('ZSCORE', KEYS[1], id),
+  redis.call('ZSCORE', schedule, id),
   in_ready,
-  redis.call('HGET', KEYS[4], id),
-  redis.call('ZSCORE', KEYS[5], id),
+  redis.call('HGET', dead_letters, id),
+  redis.call('ZSCORE', dead_letter_times, id),
 }

@@ -44,16 +44,16 @@ local function bytes_after(a, b)
   return #a > #b
 end
 
-local key = KEYS[1]
+local schedule, events, ready, sequence, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local score, id = ARGV[1], ARGV[2]
-local wanted = tonumber(ARGV[4])
-local highest = tonumber(ARGV[3])
-local first = redis.call('ZCOUNT', key, '-inf', '(' .. score)
+local highest, wanted = tonumber(ARGV[3]), tonumber(ARGV[4])
+local walk_began = ARGV[5]
+local first = redis.call('ZCOUNT', schedule, '-inf', '(' .. score)
 if id ~= '' then
-  local last = first + redis.call('ZCOUNT', key, score, score)
+  local last = first + redis.call('ZCOUNT', schedule, score, score)
   while first < last do
     local middle = math.floor((first + last) / 2)
-    if bytes_after(redis.call('ZRANGE', key, middle, middle)[1], id) then
+    if bytes_after(redis.call('ZRANGE', schedule, middle, middle)[1], id) then
       last = middle
     else
       first = middle + 1
@@ -61,25 +61,25 @@ if id ~= '' then
   end
 end
 
-local ready_list, ready = nil, nil
+local ready_list, waiting = nil, nil  -- the ready list, and its deliveries as a set
 local function in_ready(member, stored)
-  if not ready then
-    ready_list = ready_list or redis.call('LRANGE', KEYS[3], 0, -1)
-    ready = {}
+  if not waiting then
+    ready_list = ready_list or redis.call('LRANGE', ready, 0, -1)
+    waiting = {}
     for _, delivery in ipairs(ready_list) do
-      ready[delivery] = true
+      waiting[delivery] = true
     end
   end
-  return ready[delivery_of(member, stored)] == true
+  return waiting[delivery_of(member, stored)] == true
 end
 
 -- Where the walk began: given, or read now (this is its first page).
-local began = ARGV[5]
+local began = walk_began
 local written, moves, head
 if began == '' then
-  written = tonumber(redis.call('GET', KEYS[4])) or 0
-  moves = tonumber(redis.call('HGET', KEYS[5], 'moves')) or 0
-  ready_list = redis.call('LRANGE', KEYS[3], 0, -1)
+  written = tonumber(redis.call('GET', sequence)) or 0
+  moves = tonumber(redis.call('HGET', counts, 'moves')) or 0
+  ready_list = redis.call('LRANGE', ready, 0, -1)
   for _, delivery in ipairs(ready_list) do
     local envelope = decoded_object(delivery)
     if envelope and tonumber(envelope.pushed) then
@@ -92,7 +92,7 @@ else
   local w, m, h = string.match(began, '^(%d+):(%d+):(%d*)$')
   written, moves, head = tonumber(w), tonumber(m), tonumber(h)
 end
-local first_page = ARGV[5] == ''
+local first_page = walk_began == ''
 
 -- Whether the walk lists this event here, or it was written or moved since the walk began.
 local function stayed(member, stored)
@@ -122,7 +122,7 @@ local budget = wanted + SKIP_BUDGET
 local done = false  -- every event up to the bound was examined
 while not done and found < wanted and examined < budget do
   local count = math.min(budget - examined, wanted - found + 50)
-  local entries = redis.call('ZRANGE', key, rank, rank + count - 1, 'WITHSCORES')
+  local entries = redis.call('ZRANGE', schedule, rank, rank + count - 1, 'WITHSCORES')
   local stopped = false
   for i = 1, #entries, 2 do
     local member, member_score = entries[i], entries[i + 1]
@@ -132,7 +132,7 @@ while not done and found < wanted and examined < budget do
     end
     examined, rank = examined + 1, rank + 1
     result[4], result[5] = member_score, member
-    local stored = redis.call('HGET', KEYS[2], member)
+    local stored = redis.call('HGET', events, member)
     if stayed(member, stored) then
       result[#result + 1] = member
       result[#result + 1] = member_score

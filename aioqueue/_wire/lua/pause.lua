@@ -10,16 +10,17 @@
 -- Returns how many waiting deliveries went back to the schedule.
 -- The flag is a hash field (`paused` -> server time of the pause, ms), and the ready list is
 -- emptied by LPOP, so a service's ACL user needs no command beyond what the queue needs.
-redis.call('HSET', KEYS[1], 'paused', server_time_ms())
+local paused, ready, schedule, events, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+redis.call('HSET', paused, 'paused', server_time_ms())
 local returned = 0
-local waiting = redis.call('LLEN', KEYS[2])
+local waiting = redis.call('LLEN', ready)
 local copies = {}
 if waiting > 0 then
-  copies = redis.call('LPOP', KEYS[2], waiting)
+  copies = redis.call('LPOP', ready, waiting)
 end
 for _, raw in ipairs(copies) do
   local id = delivery_id(raw)
-  local stored = id and redis.call('HGET', KEYS[4], id)
+  local stored = id and redis.call('HGET', events, id)
   -- A stale copy (cancelled, replaced, dispatched again) has nothing to give back.
   if stored and delivery_of(id, stored) == raw then
     local envelope = cjson.decode(stored)
@@ -29,12 +30,12 @@ for _, raw in ipairs(copies) do
       envelope.attempt = attempt > 0 and attempt or nil  -- 0 is left out (see write_event)
       envelope.due_at = nil
       envelope.pushed = nil  -- taken out of the ready list
-      envelope.moved = take_moves(KEYS[5], 1) or envelope.moved
-      redis.call('HSET', KEYS[4], id, cjson.encode(envelope))
-      redis.call('ZADD', KEYS[3], due, id)
+      envelope.moved = take_moves(counts, 1) or envelope.moved
+      redis.call('HSET', events, id, cjson.encode(envelope))
+      redis.call('ZADD', schedule, due, id)
       returned = returned + 1
     end
   end
 end
-count_under_way(KEYS[5], -returned)
+count_under_way(counts, -returned)
 return returned

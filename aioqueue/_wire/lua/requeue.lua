@@ -5,12 +5,14 @@
 -- ARGV[1] id
 -- Returns 1 requeued; 0 no such dead letter; -1 an event with that id is pending (both kept);
 -- -2 the dead letter has no readable envelope (it stays where it is).
+local schedule, events, sequence = KEYS[1], KEYS[2], KEYS[3]
+local dead_letters, dead_letter_times, wake = KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[1]
-local raw = redis.call('HGET', KEYS[4], id)
+local raw = redis.call('HGET', dead_letters, id)
 if not raw then
   return 0
 end
-if redis.call('HEXISTS', KEYS[2], id) == 1 then
+if redis.call('HEXISTS', events, id) == 1 then
   return -1
 end
 local envelope = decoded_object(raw)
@@ -28,12 +30,12 @@ envelope.since = nil  -- a requeued event starts afresh, also as a debounce seri
 envelope.moved, envelope.pushed = nil, nil  -- its new version dates it (see page.lua)
 -- Written with the keys write_event uses, whichever the dead letter was stored with.
 envelope.p, envelope.payload = payload_of(envelope), nil
-envelope.v, envelope.version = redis.call('INCR', KEYS[3]), nil
-redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
-redis.call('ZADD', KEYS[1], now, id)
-redis.call('HDEL', KEYS[4], id)
-redis.call('ZREM', KEYS[5], id)
-if KEYS[6] then
-  wake_dispatchers(KEYS[6])
+envelope.v, envelope.version = redis.call('INCR', sequence), nil
+redis.call('HSET', events, id, cjson.encode(envelope))
+redis.call('ZADD', schedule, now, id)
+redis.call('HDEL', dead_letters, id)
+redis.call('ZREM', dead_letter_times, id)
+if wake then
+  wake_dispatchers(wake)
 end
 return 1

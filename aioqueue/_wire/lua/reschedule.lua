@@ -11,8 +11,9 @@
 -- One ZADD on the existing member: there is no moment at which the event is not scheduled.
 -- The envelope is rewritten with the move's number, which leaves no delivery stale: only an
 -- event under way has one in the ready list, and that one is refused.
-local id = ARGV[1]
-local stored = redis.call('HGET', KEYS[2], id)
+local schedule, events, wake, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local id, due_kind, due_ms = ARGV[1], ARGV[2], ARGV[3]
+local stored = redis.call('HGET', events, id)
 if not stored then
   return 'missing'
 end
@@ -21,20 +22,20 @@ local envelope = decoded_object(stored)
 if envelope and envelope.due_at ~= nil then
   return 'in_flight'
 end
-local due = tonumber(ARGV[3])
-if ARGV[2] == 'delay' then
+local due = tonumber(due_ms)
+if due_kind == 'delay' then
   due = now + due
 end
-if redis.call('ZADD', KEYS[1], 'CH', due, id) == 1 and envelope then
-  local moved = take_moves(KEYS[4], 1)
+if redis.call('ZADD', schedule, 'CH', due, id) == 1 and envelope then
+  local moved = take_moves(counts, 1)
   if moved then
     envelope.moved = moved
-    redis.call('HSET', KEYS[2], id, cjson.encode(envelope))
+    redis.call('HSET', events, id, cjson.encode(envelope))
   end
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0)
+local first = redis.call('ZRANGE', schedule, 0, 0)
 if first[1] == id then
   -- Now the earliest: a dispatcher sleeping until the old earliest time must wake.
-  wake_dispatchers(KEYS[3])
+  wake_dispatchers(wake)
 end
 return 'moved'

@@ -9,9 +9,10 @@
 -- wrote this record meanwhile). A replaced spec's pending next tick is cancelled (unless an
 -- attempt of it has started), and the new spec's ticks start after now: no tick of the old
 -- spec fires after the change reached Redis.
-local now = server_time_ms()
+local schedules, schedule, events = KEYS[1], KEYS[2], KEYS[3]
 local name, spec, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local raw = redis.call('HGET', KEYS[1], name)
+local now = server_time_ms()
+local raw = redis.call('HGET', schedules, name)
 local record = raw and decoded_object(raw) or nil  -- nil, never false
 if record and record.spec == nil then
   -- A tombstone (schedule_fence.lua): the name left this type, or was removed.
@@ -28,7 +29,7 @@ if record and record.spec == spec then
     -- The same schedule, declared again through a newer claim of the name: its ticks go on.
     record.token = token
     raw = cjson.encode(record)
-    redis.call('HSET', KEYS[1], name, raw)
+    redis.call('HSET', schedules, name, raw)
   end
   return {'same', now, raw}
 end
@@ -36,11 +37,11 @@ local outcome = 'created'
 local fresh = {spec = spec, declared_at = now, token = token}
 if record then
   outcome = tostring(record.spec)
-  cancel_pending_tick(KEYS[2], KEYS[3], record.tick_id, now)
+  cancel_pending_tick(schedule, events, record.tick_id, now)
   fresh.tick = now
   fresh.previous_tick = record.tick
   fresh.produced_at = record.produced_at
 end
 raw = cjson.encode(fresh)
-redis.call('HSET', KEYS[1], name, raw)
+redis.call('HSET', schedules, name, raw)
 return {outcome, now, raw}

@@ -8,8 +8,9 @@
 -- KEYS[1] schedules   KEYS[2] schedule   KEYS[3] events
 -- ARGV[1] name   ARGV[2] token
 -- Returns 1 when a live record was fenced, else 0.
+local schedules, schedule, events = KEYS[1], KEYS[2], KEYS[3]
 local name, token = ARGV[1], tonumber(ARGV[2])
-local raw = redis.call('HGET', KEYS[1], name)
+local raw = redis.call('HGET', schedules, name)
 local record = raw and decoded_object(raw) or nil  -- nil, never false
 local live = record ~= nil and record.spec ~= nil
 if live and (tonumber(record.token) or 0) >= token then
@@ -19,7 +20,7 @@ if record and not live and (tonumber(record.fenced) or 0) >= token then
   return 0
 end
 if live then
-  cancel_pending_tick(KEYS[2], KEYS[3], record.tick_id, server_time_ms())
+  cancel_pending_tick(schedule, events, record.tick_id, server_time_ms())
 end
-redis.call('HSET', KEYS[1], name, cjson.encode({fenced = token}))
+redis.call('HSET', schedules, name, cjson.encode({fenced = token}))
 return live and 1 or 0

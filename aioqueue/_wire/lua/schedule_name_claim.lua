@@ -14,8 +14,9 @@
 --   the types' records still hold, and a declaration under a smaller one would be refused
 -- Returns {token, type to fence, type to fence, ...}; with no type to fence and no change of
 -- owner, nothing is written.
+local directory = KEYS[1]
 local name, wanted, floor = ARGV[1], ARGV[2], tonumber(ARGV[3]) or 0
-local raw = redis.call('HGET', KEYS[1], name)
+local raw = redis.call('HGET', directory, name)
 local entry = nil
 if raw then
   entry = decoded_object(raw) or {type = raw, token = 0}
@@ -49,7 +50,7 @@ end
 if #stale > 0 then
   fresh.from = stale
 end
-redis.call('HSET', KEYS[1], name, cjson.encode(fresh))
+redis.call('HSET', directory, name, cjson.encode(fresh))
 local result = {token}
 for _, event_type in ipairs(stale) do
   result[#result + 1] = event_type

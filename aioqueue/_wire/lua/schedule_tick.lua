@@ -13,9 +13,12 @@
 -- written), 'early' (the latest tick is still to come: nothing written), 'changed' (the
 -- stored spec, or the declaration it belongs to, is another one: nothing written), 'gone'
 -- (removed, or the name moved to another event type).
+local schedules, schedule, events, sequence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local name, spec, read_tick, tick = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local id, payload, context, due = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local token = tonumber(ARGV[9])
 local now = server_time_ms()
-local name = ARGV[1]
-local raw = redis.call('HGET', KEYS[1], name)
+local raw = redis.call('HGET', schedules, name)
 if not raw then
   return {'gone', now, false}
 end
@@ -23,11 +26,11 @@ local record = decoded_object(raw)
 if not record or record.spec == nil then
   return {'gone', now, false}  -- unreadable, or a tombstone (schedule_fence.lua)
 end
-if record.spec ~= ARGV[2] or (tonumber(record.token) or 0) ~= tonumber(ARGV[9]) then
+if record.spec ~= spec or (tonumber(record.token) or 0) ~= token then
   return {'changed', now, raw}
 end
 local seen = record.tick and tostring(record.tick) or ''
-if seen ~= ARGV[3] then
+if seen ~= read_tick then
   return {'moved', now, raw}
 end
 if record.tick and record.tick > now then
@@ -35,21 +38,19 @@ if record.tick and record.tick > now then
   -- removed schedule has exactly one pending tick to cancel.
   return {'early', now, raw}
 end
-local id = ARGV[5]
 local outcome = 'kept'
-if redis.call('HEXISTS', KEYS[3], id) == 0 then
-  local due = tonumber(ARGV[8])
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  write_event(KEYS[2], KEYS[3], KEYS[4], id, ARGV[6], ARGV[7], due)
+if redis.call('HEXISTS', events, id) == 0 then
+  local first = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
+  write_event(schedule, events, sequence, id, payload, context, due)
   if not first[2] or due < tonumber(first[2]) then
-    wake_dispatchers(KEYS[5])
+    wake_dispatchers(wake)
   end
   outcome = 'produced'
 end
 record.previous_tick = record.tick
-record.tick = tonumber(ARGV[4])
+record.tick = tick
 record.tick_id = id
 record.produced_at = now
 raw = cjson.encode(record)
-redis.call('HSET', KEYS[1], name, raw)
+redis.call('HSET', schedules, name, raw)
 return {outcome, now, raw}

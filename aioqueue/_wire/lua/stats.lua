@@ -10,19 +10,21 @@
 -- Returns {server now ms, pending, due now, ready, dead letters, attempts under way,
 --   earliest due score among due events or -1, due_at of the oldest ready event or -1,
 --   successes so far}.
+local schedule, events, ready = KEYS[1], KEYS[2], KEYS[3]
+local dead_letters, counts = KEYS[4], KEYS[5]
 local now = server_time_ms()
-local pending = redis.call('HLEN', KEYS[2])
-local due_now = redis.call('ZCOUNT', KEYS[1], '-inf', now)
-local dead = redis.call('HLEN', KEYS[4])
-local counted = redis.call('HMGET', KEYS[5], 'under_way', 'finished')
+local pending = redis.call('HLEN', events)
+local due_now = redis.call('ZCOUNT', schedule, '-inf', now)
+local dead = redis.call('HLEN', dead_letters)
+local counted = redis.call('HMGET', counts, 'under_way', 'finished')
 local under_way = tonumber(counted[1]) or 0
 local finished = tonumber(counted[2]) or 0
 local earliest_due, ready_head_due = -1, -1
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
 if first[2] and tonumber(first[2]) <= now then
   earliest_due = tonumber(first[2])
 end
-local _, deliveries = current_deliveries(KEYS[2], redis.call('LRANGE', KEYS[3], 0, -1))
+local _, deliveries = current_deliveries(events, redis.call('LRANGE', ready, 0, -1))
 local ready_current = #deliveries
 for _, raw in ipairs(deliveries) do
   local envelope = decoded_object(raw)

@@ -9,15 +9,16 @@
 -- attempt wrote and a handler finished meanwhile is not created again.
 -- Returns the record's call entries, as [field, value, field, value, ...], or an error when
 -- a later attempt has taken the record over already.
+local record = KEYS[1]
 local attempt = tonumber(ARGV[1])
-local refused = abandoned_attempt(KEYS[1], attempt)
+local refused = abandoned_attempt(record, attempt)
 if refused then
   return refused
 end
-redis.call('HSET', KEYS[1], 'fence', attempt)
-redis.call('EXPIRE', KEYS[1], 86400)
+redis.call('HSET', record, 'fence', attempt)
+redis.call('EXPIRE', record, 86400)
 local entries = {}
-local all = redis.call('HGETALL', KEYS[1])
+local all = redis.call('HGETALL', record)
 for i = 1, #all, 2 do
   if all[i] ~= 'fence' then
     entries[#entries + 1] = all[i]
