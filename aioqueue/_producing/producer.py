@@ -108,7 +108,7 @@ class Producer:
         *,
         replace: bool,
         max_wait_ms: int | None = None,
-    ) -> list[tuple[str, bool]]:
+    ) -> list[EnqueueOutcome]:
         """Schedules `events`; returns what it did with each (an EnqueueOutcome), in order.
 
         Every event is validated and encoded before anything is written.
@@ -149,8 +149,6 @@ class Producer:
                     writers.start_soon(write, layout, chunk)
         if not_confirmed:
             raise not_confirmed[0]
-        # Typed as plain pairs while EventService passes the list on as list[tuple[str, bool]]
-        # (a list of a subtype is no list of its base type).
         return [
             EnqueueOutcome(event_type, scheduled)
             for event_type, scheduled in zip(types, results, strict=True)

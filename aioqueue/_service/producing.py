@@ -8,7 +8,7 @@ from datetime import datetime
 
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
-from aioqueue._producing.producer import Producer
+from aioqueue._producing.producer import EnqueueOutcome, Producer
 from aioqueue._producing.writes import (
     DueTime,
     MoveResult,
@@ -48,11 +48,11 @@ class Producing:
         max_wait: Duration | None,
     ) -> bool:
         due, bound, context_text = self._arguments(delay, at, context, replace, max_wait)
-        event_type, scheduled = await self.producer.enqueue(
+        outcome = await self.producer.enqueue(
             event, due, context_text, replace=replace, max_wait_ms=bound
         )
-        self._enqueued([(event_type, scheduled)], due)
-        return scheduled
+        self._enqueued([outcome], due)
+        return outcome.scheduled
 
     async def enqueue_many(
         self,
@@ -68,13 +68,13 @@ class Producing:
             events, due, context_text, replace=replace, max_wait_ms=bound
         )
         self._enqueued(outcomes, due)
-        return [scheduled for _, scheduled in outcomes]
+        return [outcome.scheduled for outcome in outcomes]
 
-    def _enqueued(self, outcomes: Sequence[tuple[str, bool]], due: DueTime) -> None:
+    def _enqueued(self, outcomes: Sequence[EnqueueOutcome], due: DueTime) -> None:
         metrics = self._runtime.config.metrics
-        for event_type, scheduled in outcomes:
-            metrics.event_enqueued(event_type, scheduled=scheduled)
-        for event_type in {event_type for event_type, scheduled in outcomes if scheduled}:
+        for outcome in outcomes:
+            metrics.event_enqueued(outcome.event_type, scheduled=outcome.scheduled)
+        for event_type in {outcome.event_type for outcome in outcomes if outcome.scheduled}:
             self._due_sooner(event_type, due.due_in)
 
     def _arguments(
