@@ -27,15 +27,8 @@ from typing import Any
 import psutil
 import redis
 from common import CLUSTER_ROUNDS, RESULT_MARKER, JsonDict, parse_result, reset_server
-from report import (
-    BULLMQ_NODE,
-    METRICS,
-    check_targets,
-    lateness_chart,
-    render_table,
-    render_targets,
-    summarize,
-)
+from report import METRICS, lateness_chart, render_table, summarize
+from targets import BULLMQ_NODE, check_targets, render_targets
 
 import aioqueue
 from aioqueue import EventService, EventServiceBuilder
