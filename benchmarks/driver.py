@@ -28,7 +28,7 @@ import psutil
 import redis
 from common import RESULT_MARKER, JsonDict, parse_result, reset_server
 from plan import FULL, QUICK, SCENARIOS, Row, plan, scenario_arguments
-from report import METRICS, lateness_chart, render_table, summarize
+from report import METRICS, lateness_chart, render_table, server_name, summarize
 from targets import check_targets, render_targets
 
 import aioqueue
@@ -144,8 +144,8 @@ def main() -> int:
         assert server.pid is not None
         server_process = psutil.Process(server.pid)
         print(
-            f"server: valkey {server_info.get('valkey_version', server_info['redis_version'])}"
-            f" on {server.url}; sizes {asdict(sizes)}; {repeats} repeat(s)",
+            f"server: {server_name(server_info)} on {server.url}; sizes {asdict(sizes)}; "
+            f"{repeats} repeat(s)",
             file=sys.stderr,
         )
         found_versions = versions(rows, server.url)
@@ -189,6 +189,7 @@ def main() -> int:
         "sizes": asdict(sizes),
         "server": {
             "binary": str(server.binary),
+            "name": server_name(server_info),
             "valkey_version": server_info.get("valkey_version"),
             "redis_version": server_info.get("redis_version"),
         },

@@ -107,6 +107,14 @@ METRICS = (
 Summary = dict[str, dict[str, dict[str, dict[str, float]]]]
 
 
+def server_name(info: Mapping[str, Any]) -> str:
+    """ "Valkey 8.1.8" or "Redis 7.0.15" from the server's INFO: Valkey reports a fixed
+    `redis_version` (7.2.4) for compatibility and its own in `valkey_version`."""
+    if "valkey_version" in info:
+        return f"Valkey {info['valkey_version']}"
+    return f"Redis {info['redis_version']}"
+
+
 def _stats(values: Sequence[float]) -> dict[str, float]:
     return {
         "min": min(values),
@@ -170,7 +178,7 @@ def render_table(
             entries.extend(_ratio_rows(metric, by_label, labels, peers, ours))
     width = 2 + max([len(entry[0]) for entry in entries if isinstance(entry, tuple)] + [30])
     lines = [
-        f"aioqueue and its peers on one valkey {meta['server']['valkey_version']} server, "
+        f"aioqueue and its peers on one {meta['server']['name']} server, "
         f"{'quick' if meta['quick'] else 'full'} sizes, {repeats} repeat(s); "
         "min / median / max over repeats, ratios of medians"
     ]
@@ -266,7 +274,7 @@ def lateness_chart(
     axes.set_title(
         f"Delivery lateness: {sizes['lateness_events']:,} events due over "
         f"{sizes['lateness_spread']:g} s, one worker, {meta['repeats']} repeat(s) pooled\n"
-        f"valkey {meta['server']['valkey_version']}; aioqueue on the server clock (Metrics), "
+        f"{meta['server']['name']}; aioqueue on the server clock (Metrics), "
         "the peers on the machine's clock",
         fontsize="medium",
     )
