@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import redis
 import redis.asyncio
+from server_cpu import CpuReading, cpu_figures, read_server_cpu
 
 RESULT_MARKER = "BENCH-RESULT "
 READY_LINE = "ready"
@@ -60,7 +61,12 @@ JsonDict = dict[str, Any]
 
 
 class Producer(Protocol):
-    """Enqueues events of one system. `batch_size` events go into each `enqueue` call."""
+    """Enqueues events of one system. `batch_size` events go into each `enqueue` call.
+
+    A producer that writes to servers of its own rather than the scenario's `--url` (aioqueue's
+    durable rows: a primary and its replica) names them in a `server_urls` attribute, whose
+    CPU the scenarios then read instead (`servers_of`).
+    """
 
     batch_size: int
 
@@ -248,23 +254,33 @@ def stats_delta(
     return delta
 
 
+def servers_of(producer: Producer, url: str) -> list[str]:
+    """The servers a producer writes to: its own `server_urls`, or the scenario's server."""
+    own: list[str] | None = getattr(producer, "server_urls", None)
+    return list(own) if own else [url]
+
+
 # -- scenarios ---------------------------------------------------------------------------------
 
 
 async def scenario_enqueue(system: System, options: Options) -> JsonDict:
     """Scenario 1: events/s for `events` enqueues an hour ahead, IN_FLIGHT calls at once."""
     async with system.producer(options.url, options.variant) as producer:
+        servers = servers_of(producer, options.url)
+        cpu_before = await read_server_cpu(servers)
         elapsed = await run_in_flight(
             options.events,
             producer.batch_size,
             IN_FLIGHT,
             lambda indices: producer.enqueue(indices, AN_HOUR),
         )
+        cpu_after = await read_server_cpu(servers)
         batch_size = producer.batch_size
     return {
         "events_per_s": options.events / elapsed,
         "seconds": elapsed,
         "batch_size": batch_size,
+        **cpu_figures(cpu_before, cpu_after, options.events),
     }
 
 
@@ -273,17 +289,20 @@ async def scenario_memory(system: System, options: Options) -> JsonDict:
     async with system.producer(options.url, options.variant) as producer:
         # Measured with the producer's connections open, so their buffers are in both numbers.
         before = await used_memory(options.url)
+        cpu_before = await read_server_cpu([options.url])
         await run_in_flight(
             options.events,
             producer.batch_size,
             IN_FLIGHT,
             lambda indices: producer.enqueue(indices, AN_HOUR),
         )
+        cpu_after = await read_server_cpu([options.url])
         after = await used_memory(options.url)
     return {
         "bytes_per_event": (after - before) / options.events,
         "used_memory_before": before,
         "used_memory_after": after,
+        **cpu_figures(cpu_before, cpu_after, options.events),
     }
 
 
@@ -300,16 +319,22 @@ async def enqueue_due(system: System, options: Options, first_index: int = 0) ->
         )
 
 
-async def timed_drain(system: System, options: Options) -> tuple[float, Recorder]:
-    """Seconds from starting a worker until it has handled `events` events, and its record."""
+async def timed_drain(system: System, options: Options) -> tuple[float, Recorder, JsonDict]:
+    """Seconds from starting a worker until it has handled `events` events, its record, and
+    the server's CPU over those seconds (cpu_figures)."""
     recorder = Recorder(options.events)
+    cpu_before = await read_server_cpu([options.url])
     started = time.perf_counter()
     finished = 0.0
+    cpu_after: CpuReading | None = None
 
     async def watch() -> None:
-        nonlocal finished
+        nonlocal finished, cpu_after
         await recorder.done.wait()
         finished = time.perf_counter()
+        # The worker is stopping meanwhile: what it still asks of the server is for these
+        # events too (a last acknowledgement), or its shutdown, a few commands at most.
+        cpu_after = await read_server_cpu([options.url])
 
     watcher = asyncio.ensure_future(watch())
     try:
@@ -319,7 +344,8 @@ async def timed_drain(system: System, options: Options) -> tuple[float, Recorder
         await watcher
     finally:
         watcher.cancel()
-    return finished - started, recorder
+    assert cpu_after is not None
+    return finished - started, recorder, cpu_figures(cpu_before, cpu_after, options.events)
 
 
 async def scenario_drain(system: System, options: Options) -> JsonDict:
@@ -330,8 +356,13 @@ async def scenario_drain(system: System, options: Options) -> JsonDict:
 
 async def scenario_drain_worker(system: System, options: Options) -> JsonDict:
     """Scenario 2's worker alone, on due events enqueued before (profiling.py uses it)."""
-    elapsed, recorder = await timed_drain(system, options)
-    return {"seconds": elapsed, "events_per_s": options.events / elapsed, "lost": recorder.lost()}
+    elapsed, recorder, server_cpu = await timed_drain(system, options)
+    return {
+        "seconds": elapsed,
+        "events_per_s": options.events / elapsed,
+        "lost": recorder.lost(),
+        **server_cpu,
+    }
 
 
 async def scenario_backlog(system: System, options: Options) -> JsonDict:
@@ -352,9 +383,10 @@ async def scenario_backlog(system: System, options: Options) -> JsonDict:
         memory_after = await used_memory(options.url)
         result[f"bytes_per_pending_event_{phase}"] = (memory_after - memory_before) / backlog
         await enqueue_due(system, options)
-        elapsed, recorder = await timed_drain(system, options)
+        elapsed, recorder, server_cpu = await timed_drain(system, options)
         result[f"drain_{phase}_per_s"] = options.events / elapsed
         result[f"lost_{phase}"] = recorder.lost()
+        result.update({f"{key}_{phase}": value for key, value in server_cpu.items()})
         if system.has_dispatch_step:
             await enqueue_due(system, options, first_index=options.events)
             dispatched = await system.dispatch_only(options.url, options.events)
@@ -397,8 +429,13 @@ async def observe_commands(url: str, window: float) -> JsonDict:
     """Commands other clients send (MONITOR) and the server executes (commandstats) in `window` s.
 
     The observer's own commands are left out: MONITOR lines from its connection, and the one
-    INFO of the first snapshot, which the second snapshot counts.
+    INFO of the first snapshot, which the second snapshot counts. The server's CPU is read over
+    a window of the same length before that one, since feeding a MONITOR costs the server CPU
+    of its own.
     """
+    cpu_start = await read_server_cpu([url])
+    await asyncio.sleep(window)
+    server_cpu = cpu_figures(cpu_start, await read_server_cpu([url]), None)
     observer = redis.asyncio.Redis.from_url(url, single_connection_client=True)
     watcher = redis.asyncio.Redis.from_url(url)
     sent: dict[str, int] = {}
@@ -445,6 +482,7 @@ async def observe_commands(url: str, window: float) -> JsonDict:
         "sent": sent,
         "run_by_scripts": in_scripts,
         "executed": executed,
+        **server_cpu,
     }
 
 
@@ -478,6 +516,9 @@ async def scenario_lateness(system: System, options: Options, script: str) -> Js
             raise RuntimeError(f"lateness worker did not start (said {line!r})")
         producer_context = system.producer(options.url, options.variant, tag_due_times=True)
         async with producer_context as producer:
+            # The server's CPU from here until the worker has handled the last event (it
+            # reads the end itself).
+            cpu_before = await read_server_cpu([options.url])
             # One event per call here, so each keeps its own delay.
             enqueue_seconds = await run_in_flight(
                 options.events,
@@ -504,6 +545,7 @@ async def scenario_lateness(system: System, options: Options, script: str) -> Js
         "lost": worker["lost"],
         "server_clock_offset": worker["server_clock_offset"],
         "lateness_ms": [round(value * 1000, 3) for value in lateness_s],
+        **cpu_figures(cpu_before, CpuReading(*worker["server_cpu_at_done"]), options.events),
     }
     if cross_check_s:
         result["cross_check"] = lateness_summary(cross_check_s)
@@ -542,10 +584,13 @@ async def lateness_worker(system: System, options: Options) -> JsonDict:
         marks["wall"] = time.perf_counter()
         print(READY_LINE, flush=True)
 
+    server_cpu_at_done: list[CpuReading] = []
+
     async def measure_until_done() -> None:
         await recorder.done.wait()
         marks["cpu_done"] = cpu_seconds()
         marks["wall_done"] = time.perf_counter()
+        server_cpu_at_done.append(await read_server_cpu([options.url]))
 
     watcher = asyncio.ensure_future(measure_until_done())
     try:
@@ -561,6 +606,7 @@ async def lateness_worker(system: System, options: Options) -> JsonDict:
         "server_clock_offset": offset,
         "cpu_s": marks["cpu_done"] - marks["cpu"],
         "wall_s": marks["wall_done"] - marks["wall"],
+        "server_cpu_at_done": server_cpu_at_done[0],
         "lateness_s": recorder.lateness,
         "cross_check_lateness_s": recorder.cross_check_lateness,
     }

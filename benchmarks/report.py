@@ -26,6 +26,9 @@ class Metric:
     digits: int
     # False where "aioqueue / best peer" means nothing: ratios already, or steps that differ.
     compare: bool = True
+    # The key of another metric of the scenario beside whose rows this one is printed (its
+    # median), instead of in a block of its own: the server CPU of the measured part.
+    beside: str | None = None
 
     def format(self, value: float) -> str:
         return f"{value:,.{self.digits}f}"
@@ -101,7 +104,28 @@ METRICS = (
     Metric("durable", "events_per_s",
            "durable enqueue: {enqueue_events:,} events an hour ahead, 32 calls in flight, on a "
            "primary with one replica", "rate", "events/s", True, 0, compare=False),
+    *(server_cpu for scenario, beside, suffix in (
+        ("enqueue", "events_per_s", ""),
+        ("drain", "seconds", ""),
+        ("lateness", "p50_ms", ""),
+        ("memory", "bytes_per_event", ""),
+        ("backlog", "drain_small_per_s", "_small"),
+        ("backlog", "drain_large_per_s", "_large"),
+        ("idle", "round_trips_per_s", ""),
+        ("cluster", "enqueue_per_s", ""),
+        ("durable", "events_per_s", ""),
+    ) for server_cpu in (
+        Metric(scenario, "server_cpu_us_per_event" + suffix, "", "server", "µs/event", False,
+               1, compare=False, beside=beside),
+        Metric(scenario, "server_cpu_share" + suffix, "", "server", "cores", False, 3,
+               compare=False, beside=beside),
+    )),
 )  # fmt: skip
+# What the blocks with server CPU beside them say about it.
+SERVER_CPU_NOTE = (
+    "  beside: the server's CPU during the measured part (INFO CPU), per event and in cores, "
+    "medians"
+)
 
 
 Summary = dict[str, dict[str, dict[str, dict[str, float]]]]
@@ -162,15 +186,19 @@ def render_table(
     entries: list[str | tuple[str, Sequence[str], str]] = []
     for metric in METRICS:
         labels = rows_by_scenario.get(metric.scenario)
-        if labels is None:
+        if labels is None or metric.beside is not None:
             continue
         by_label = summary.get(metric.scenario, {}).get(metric.key, {})
         better = "higher" if metric.higher_is_better else "lower"
         title = metric.title.format(**meta["sizes"])
-        entries.append(f"{title} [{metric.unit}, {better} is better]")
+        beside = [other for other in METRICS
+                  if other.scenario == metric.scenario and other.beside == metric.key]  # fmt: skip
+        note = SERVER_CPU_NOTE if beside else ""
+        entries.append(f"{title} [{metric.unit}, {better} is better]{note}")
         for label in labels:
             ran = any(label in by_key for by_key in summary.get(metric.scenario, {}).values())
-            entries.append(_row(metric, label, by_label.get(label), repeats, ran=ran))
+            label_row = _row(metric, label, by_label.get(label), repeats, ran=ran)
+            entries.append(_with_beside(label_row, summary, beside))
             wall_clock = by_label.get(label + WALL_CLOCK_ROW)
             if wall_clock is not None:
                 entries.append(_row(metric, label + WALL_CLOCK_ROW, wall_clock, repeats))
@@ -194,8 +222,24 @@ def render_table(
             lines.append(entry)
         else:
             label, cells, note = entry
-            lines.append(f"  {label:{width}}" + "".join(f"{cell:>12}" for cell in cells) + note)
+            padded = [*cells, *[""] * (3 - len(cells))]
+            lines.append(f"  {label:{width}}" + "".join(f"{cell:>12}" for cell in padded) + note)
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _with_beside(
+    entry: tuple[str, Sequence[str], str], summary: Summary, beside: Sequence[Metric]
+) -> tuple[str, Sequence[str], str]:
+    """A row with the medians of the metrics printed beside it, where the row has them."""
+    label, cells, note = entry
+    shown = [
+        f"{metric.format(found['median'])} {metric.unit}"
+        for metric in beside
+        if (found := summary.get(metric.scenario, {}).get(metric.key, {}).get(label))
+    ]
+    if shown:
+        note = "   server " + ", ".join(shown) + note
+    return label, cells, note
 
 
 def _row(

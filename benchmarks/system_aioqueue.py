@@ -120,6 +120,8 @@ class AioqueueProducer:
         self._keyed = keyed
         self._tag_due_times = tag_due_times
         self.batch_size = MANY_BATCH if many else 1
+        self.server_urls: list[str] = []
+        """The servers written to, where they are not the scenario's (common.servers_of)."""
 
     async def enqueue(self, indices: range, delay: float) -> None:
         context = {DUE_KEY: repr(time.time() + delay)} if self._tag_due_times else None
@@ -209,8 +211,10 @@ class AioqueueSystem:
                 )
             return
         async with AsyncExitStack() as stack:
+            servers: list[str] = []
             if variant in REPLICATED:
-                url = await stack.enter_async_context(replicated_server())
+                servers = await stack.enter_async_context(replicated_server())
+                url = servers[0]
             # Dispatching is the worker's job: a producer-only service, as in a real deployment.
             builder = EventService.builder().url(url).enable_scheduling(False)
             if variant in (DURABLE, DURABLE_MANY):
@@ -219,12 +223,15 @@ class AioqueueSystem:
                 builder = durability(replicas=1, timeout=DURABILITY_TIMEOUT)
             service = builder.build()
             async with service:
-                yield AioqueueProducer(
+                producer = AioqueueProducer(
                     service,
                     many=variant in (ENQUEUE_MANY, REPLICA_ATTACHED_MANY, DURABLE_MANY),
                     tag_due_times=tag_due_times,
                     keyed=variant == SERIAL_KEYS,
                 )
+                # The scenario reads the CPU of the primary and its replica together.
+                producer.server_urls = servers
+                yield producer
 
     async def work(
         self, url: str, variant: str, recorder: Recorder, on_ready: Callable[[], None]
@@ -341,8 +348,8 @@ def has_durability() -> bool:
 
 
 @asynccontextmanager
-async def replicated_server() -> AsyncIterator[str]:
-    """A primary with one replica, both started for the caller; the primary's URL."""
+async def replicated_server() -> AsyncIterator[list[str]]:
+    """A primary with one replica, both started for the caller; their URLs, primary first."""
     primary = EmbeddedServer()
     # Starting waits for the server to answer: in a thread, as every start here.
     await asyncio.to_thread(primary.start)
@@ -351,7 +358,7 @@ async def replicated_server() -> AsyncIterator[str]:
         await asyncio.to_thread(replica.start)
         try:
             await wait_for_replica(primary.url)
-            yield primary.url
+            yield [primary.url, replica.url]
         finally:
             await asyncio.to_thread(replica.stop)
     finally:
