@@ -116,6 +116,11 @@ def plan(
         "aioqueue, serial key (1,000 keys)", "aioqueue", "system_aioqueue.py", ours,
         "serial_keys",
     )  # fmt: skip
+    # BenchEvent has an id and an int; this one eight fields of six types (bench_events.py).
+    realistic = Row(
+        "aioqueue, realistic event (8 fields)", "aioqueue", "system_aioqueue.py", ours,
+        "realistic",
+    )  # fmt: skip
     sync_rows = [
         Row("aioqueue SyncProducer (32 threads)", "aioqueue", "system_aioqueue.py", ours, "sync"),
         Row(
@@ -163,6 +168,7 @@ def plan(
         "enqueue": [
             aioqueue,
             *uvloop_rows,
+            realistic,
             *([many] if with_enqueue_many else []),
             *(sync_rows if with_sync_producer else []),
             arq,
@@ -172,6 +178,7 @@ def plan(
         "drain": [
             aioqueue,
             *uvloop_rows,
+            realistic,
             sync_handler,
             rate_limited,
             serial_keys,
