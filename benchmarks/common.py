@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import redis
 import redis.asyncio
+from process_cpu import tree_cpu_seconds
 from server_cpu import CpuReading, cpu_figures, read_server_cpu
 
 RESULT_MARKER = "BENCH-RESULT "
@@ -574,13 +575,14 @@ async def clock_offset(url: str, samples: int = 5) -> JsonDict:
 
 
 async def lateness_worker(system: System, options: Options) -> JsonDict:
-    """The child of scenario 3: runs the worker, reports lateness and CPU time from ready on."""
+    """The child of scenario 3: runs the worker, reports lateness and CPU time from ready on
+    (the worker's pool processes included, where it has any: Celery's prefork pool)."""
     offset = await clock_offset(options.url)
     recorder = Recorder(options.events)
     marks: dict[str, float] = {}
 
     def on_ready() -> None:
-        marks["cpu"] = cpu_seconds()
+        marks["cpu"] = tree_cpu_seconds()
         marks["wall"] = time.perf_counter()
         print(READY_LINE, flush=True)
 
@@ -588,7 +590,7 @@ async def lateness_worker(system: System, options: Options) -> JsonDict:
 
     async def measure_until_done() -> None:
         await recorder.done.wait()
-        marks["cpu_done"] = cpu_seconds()
+        marks["cpu_done"] = tree_cpu_seconds()
         marks["wall_done"] = time.perf_counter()
         server_cpu_at_done.append(await read_server_cpu([options.url]))
 
