@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 import redis
 from common import RESULT_MARKER, JsonDict, parse_result, reset_server
-from plan import FULL, QUICK, SCENARIOS, Row, plan, scenario_arguments
+from plan import FULL, NOT_APPLICABLE, QUICK, SCENARIOS, Row, plan, scenario_arguments
 from report import METRICS, lateness_chart, render_table, server_name, summarize
 from targets import check_targets, render_targets
 
@@ -76,6 +76,8 @@ def one_line(scenario: str, result: JsonDict) -> str:
     if "error" in result:
         error: str = result["error"]
         return "FAILED: " + error.splitlines()[-1][:120]
+    if "not_applicable" in result:
+        return "n/a: " + str(result["not_applicable"])[:100] + "..."
     shown = [m for m in METRICS if m.scenario == scenario and m.key in result]
     return ", ".join(f"{m.short} {m.format(result[m.key])} {m.unit}" for m in shown)
 
@@ -106,7 +108,7 @@ def git_commit() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers-python", required=True, help="python of .venv-peers")
-    parser.add_argument("--bullmq-python", required=True, help="python of .venv-bullmq")
+    parser.add_argument("--peers6-python", required=True, help="python of .venv-peers-redis6")
     parser.add_argument("--quick", action="store_true", help="small sizes, 1 repeat")
     parser.add_argument("--repeats", type=int, help="runs per scenario and system (default 3)")
     parser.add_argument(
@@ -127,7 +129,7 @@ def main() -> int:
     with_uvloop = importlib.util.find_spec("uvloop") is not None
     rows = plan(
         args.peers_python,
-        args.bullmq_python,
+        args.peers6_python,
         with_enqueue_many=with_enqueue_many,
         with_durability=with_durability,
         with_sync_producer=with_sync_producer,
@@ -153,12 +155,16 @@ def main() -> int:
             for scenario, scenario_rows in rows.items():
                 arguments, timeout = scenario_arguments(scenario, sizes)
                 for row in scenario_rows:
+                    reason = NOT_APPLICABLE.get((row.system, scenario))
                     asyncio.run(reset_server(server.url))
                     cpu_before = server_cpu_seconds(server_process)
                     wall_started = time.perf_counter()
-                    result = run_script(row, [*arguments, "--url", server.url], timeout)
+                    if reason is not None:
+                        result: JsonDict = {"not_applicable": reason}
+                    else:
+                        result = run_script(row, [*arguments, "--url", server.url], timeout)
                     wall = time.perf_counter() - wall_started
-                    if "error" not in result:
+                    if "error" not in result and reason is None:
                         result["server_cpu_s"] = server_cpu_seconds(server_process) - cpu_before
                     runs.append(
                         {

@@ -72,7 +72,27 @@ class Row:
         return self.system in PEER_SYSTEMS
 
 
-PEER_SYSTEMS = ("arq", "saq", "streaq", "bullmq", "bullmq-node")
+PEER_SYSTEMS = (
+    "arq", "saq", "streaq", "bullmq", "bullmq-node", "celery", "dramatiq", "docket", "taskiq",
+)  # fmt: skip
+# Scenarios a system has no sensible way to run: its row says `n/a` (the reason is in the
+# results file), and no run is made.
+NOT_APPLICABLE = {
+    ("celery", scenario): (
+        "Celery keeps no pending tasks in Redis once a worker runs: the worker takes every eta "
+        "task off the list into its own memory at once, and one due past the broker's 1 h "
+        "visibility timeout is delivered again, so tasks pending 30 days or 3 h ahead are not "
+        "a setup Celery supports on Redis"
+    )
+    for scenario in ("backlog", "idle")
+} | {
+    ("dramatiq", "backlog"): (
+        "Dramatiq's delay queue is a list in arrival order, and a worker holds at most "
+        "worker_threads x 1,000 (10,000) delayed messages in memory: due messages queued "
+        "behind more pending ones are never fetched (500 due behind 20,000 pending 30 days "
+        "ahead: none delivered in 40 s)"
+    ),
+}
 SCENARIOS = (
     "enqueue",
     "drain",
@@ -88,7 +108,7 @@ SCENARIOS = (
 
 def plan(
     peers_python: str,
-    bullmq_python: str,
+    peers6_python: str,
     *,
     with_enqueue_many: bool,
     with_durability: bool,
@@ -136,10 +156,38 @@ def plan(
     arq_spinning = Row("arq poll_delay=0", "arq", "system_arq.py", peers_python, "poll_delay=0")
     saq = Row("saq", "saq", "system_saq.py", peers_python)
     streaq = Row("streaq", "streaq", "system_streaq.py", peers_python)
-    bullmq = Row("BullMQ (Python port)", "bullmq", "system_bullmq.py", bullmq_python)
+    bullmq = Row("BullMQ (Python port)", "bullmq", "system_bullmq.py", peers6_python)
     # Node runs the BullMQ side; the Python around it (server reset, MONITOR) needs redis-py.
-    bullmq_node = Row(BULLMQ_NODE, "bullmq-node", "system_bullmq_node.py", bullmq_python)
+    bullmq_node = Row(BULLMQ_NODE, "bullmq-node", "system_bullmq_node.py", peers6_python)
     peers = [streaq, bullmq, bullmq_node]
+    # Each of these at its documented settings and at its fastest sensible ones (see their
+    # scripts), as arq with poll_delay=0; the producers are the same in both, so the enqueue
+    # and memory scenarios have one row each.
+    celery, celery_fast = (
+        Row("Celery", "celery", "system_celery.py", peers6_python),
+        Row("Celery pool=threads, prefetch 16", "celery", "system_celery.py", peers6_python,
+            "threads"),
+    )  # fmt: skip
+    dramatiq, dramatiq_fast = (
+        Row("Dramatiq", "dramatiq", "system_dramatiq.py", peers6_python),
+        Row("Dramatiq worker_timeout=10", "dramatiq", "system_dramatiq.py", peers6_python,
+            "worker_timeout=10"),
+    )  # fmt: skip
+    docket, docket_fast = (
+        Row("docket", "docket", "system_docket.py", peers6_python),
+        Row("docket intervals 1 ms, execution_ttl=0", "docket", "system_docket.py",
+            peers6_python, "check_interval=1ms"),
+    )  # fmt: skip
+    taskiq, taskiq_fast = (
+        Row("taskiq", "taskiq", "system_taskiq.py", peers6_python),
+        Row("taskiq update_interval=1", "taskiq", "system_taskiq.py", peers6_python,
+            "update_interval=1"),
+    )  # fmt: skip
+    new_peers = [celery, dramatiq, docket, taskiq]
+    # In pairs: each peer's documented settings, then its fastest ones.
+    new_peers_both = [
+        celery, celery_fast, dramatiq, dramatiq_fast, docket, docket_fast, taskiq, taskiq_fast,
+    ]  # fmt: skip
     # Durable enqueue (issue 28) runs on a primary with a replica of its own (see
     # system_aioqueue.py), so it is shown beside the same enqueue on such a pair without it:
     # a scenario of its own, since no peer has durability.
@@ -174,6 +222,7 @@ def plan(
             arq,
             saq,
             *peers,
+            *new_peers,
         ],
         "drain": [
             aioqueue,
@@ -186,18 +235,21 @@ def plan(
             arq_spinning,
             saq,
             *peers,
+            *new_peers_both,
         ],
-        "lateness": [aioqueue, *uvloop_rows, arq, arq_spinning, saq, *peers],
-        "memory": [aioqueue, arq, saq, *peers],
+        "lateness": [aioqueue, *uvloop_rows, arq, arq_spinning, saq, *peers, *new_peers_both],
+        "memory": [aioqueue, arq, saq, *peers, *new_peers],
         "ceiling": [
             Row("redis-py (aioqueue's venv)", "redis-py", "ceiling.py", ours),
             Row("redis-py (peers' venv)", "redis-py", "ceiling.py", peers_python),
-            Row("redis-py (bullmq's venv)", "redis-py", "ceiling.py", bullmq_python),
+            Row("redis-py (peers-redis6 venv)", "redis-py", "ceiling.py", peers6_python),
         ],
         # arq at its defaults drains about 200 events/s whatever the backlog (PITFALLS.md), so
-        # it is measured in its fastest setting only.
-        "backlog": [aioqueue, arq_spinning, saq, *peers],
-        "idle": [aioqueue, arq, saq, *peers],
+        # it is measured in its fastest setting only, and so are the peers added with it.
+        "backlog": [aioqueue, arq_spinning, saq, *peers, *new_peers_both[1::2]],
+        # Both settings where they differ (Celery has none): the fastest ones cost the most
+        # while idle.
+        "idle": [aioqueue, arq, saq, *peers, celery, *new_peers_both[2:]],
         "cluster": cluster,
         "durable": durable,
     }
@@ -210,13 +262,14 @@ def scenario_arguments(scenario: str, sizes: Sizes) -> tuple[list[str], float]:
         events = sizes.enqueue_events
         return ["enqueue", "--events", str(events)], events / 500 + 60
     if scenario == "drain":
-        # arq at its defaults handles about 200 events/s.
+        # arq at its defaults handles about 200 events/s, docket at its defaults about 100.
         events = sizes.drain_events
-        return ["drain", "--events", str(events)], events / 100 + 60
+        return ["drain", "--events", str(events)], events / 50 + 60
     if scenario == "lateness":
+        # taskiq at its defaults sees a new schedule only at its next reload, once a minute.
         events, spread = sizes.lateness_events, sizes.lateness_spread
         arguments = ["lateness", "--events", str(events), "--spread", str(spread)]
-        return arguments, spread + events / 100 + 60
+        return arguments, spread + events / 100 + 120
     if scenario == "memory":
         events = sizes.memory_events
         return ["memory", "--events", str(events)], events / 500 + 60
@@ -231,7 +284,8 @@ def scenario_arguments(scenario: str, sizes: Sizes) -> tuple[list[str], float]:
     if scenario == "idle":
         events, window = sizes.idle_events, sizes.idle_window
         arguments = ["idle", "--events", str(events), "--window", str(window)]
-        return arguments, events / 5000 + window + 60
+        # A window for the server's CPU, then one for the commands.
+        return arguments, events / 5000 + 2 * window + 60
     if scenario == "cluster":
         # A cluster start (about 2 s), then the rounds of the enqueue and the lead and spread
         # of the due times (about 3.2 s each).

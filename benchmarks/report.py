@@ -13,6 +13,8 @@ from common import CLUSTER_ROUNDS, JsonDict, percentile
 
 # Suffix of the table row that shows aioqueue's second lateness measure (see README, "Clocks").
 WALL_CLOCK_ROW = " (handler wall clock)"
+# The summary's key for the rows of a scenario that have nothing to measure in it.
+NOT_APPLICABLE = "not_applicable"
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,12 @@ def summarize(runs: Sequence[JsonDict]) -> Summary:
     summary: Summary = {}
     for (scenario, key, label), found in values.items():
         summary.setdefault(scenario, {}).setdefault(key, {})[label] = _stats(found)
+    # Rows that have no such thing to measure (plan.NOT_APPLICABLE): under a key of their own,
+    # so that the table shows them as `n/a` rather than `failed`.
+    for run in runs:
+        if "not_applicable" in run["result"]:
+            by_label = summary.setdefault(run["scenario"], {}).setdefault(NOT_APPLICABLE, {})
+            by_label.setdefault(run["row"], {"runs": 0})["runs"] += 1
     return summary
 
 
