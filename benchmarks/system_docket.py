@@ -158,6 +158,8 @@ class DocketSystem:
 
     async def dispatch_only(self, url: str, events: int) -> JsonDict:
         """One call of stream_due_tasks, which moves every due task to the stream."""
+        # The tasks just enqueued are due DUE_NOW after their enqueue: let the last come due.
+        await asyncio.sleep(2 * DUE_NOW.total_seconds())
         async with Docket(url=url) as docket, docket.redis() as redis:
             before = await redis.xlen(docket.stream_key)
             started = time.perf_counter()
@@ -169,10 +171,13 @@ class DocketSystem:
                 docket_prefix=docket.prefix,
             )
             seconds = time.perf_counter() - started
-            moved = await redis.xlen(docket.stream_key) - before
-        if moved < events:
-            raise RuntimeError(f"docket's stream_due_tasks moved {moved} of {events} tasks")
-        return {"events_per_s": moved / seconds, "seconds": seconds, "calls": 1}
+            after = await redis.xlen(docket.stream_key)
+        # A task whose `when` had passed by the time its schedule script ran (a loaded
+        # machine, 32 calls in flight) went to the stream at once: all must be there now.
+        if after < events:
+            raise RuntimeError(f"{after} of {events} due docket tasks reached the stream")
+        moved = after - before
+        return {"events_per_s": moved / seconds, "seconds": seconds, "calls": 1, "moved": moved}
 
 
 if __name__ == "__main__":
