@@ -29,11 +29,11 @@ from common import (
     Producer,
     Recorder,
     command_stats,
-    main,
     redis_py_version,
     run_in_flight,
     stats_delta,
 )
+from scenarios import main
 
 import aioqueue
 from aioqueue import (
@@ -108,7 +108,7 @@ class AioqueueProducer:
         self._tag_due_times = tag_due_times
         self.batch_size = MANY_BATCH if many else 1
         self.server_urls: list[str] = []
-        """The servers written to, where they are not the scenario's (common.servers_of)."""
+        """The servers written to, where they are not the scenario's (scenarios.servers_of)."""
 
     async def enqueue(self, indices: range, delay: float) -> None:
         context = {DUE_KEY: repr(time.time() + delay)} if self._tag_due_times else None

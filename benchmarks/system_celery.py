@@ -44,8 +44,9 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.worker import WorkController, state
-from common import CONCURRENCY, JsonDict, Producer, Recorder, main, redis_py_version
+from common import CONCURRENCY, JsonDict, Producer, Recorder, redis_py_version
 from peer_threads import DeliveryChannel, ThreadedProducer, report
+from scenarios import main
 
 THREADS = "threads"
 FAST_PREFETCH = 16

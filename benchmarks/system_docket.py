@@ -37,12 +37,12 @@ from common import (
     JsonDict,
     Producer,
     Recorder,
-    main,
     redis_py_version,
     run_in_flight,
 )
 from docket import CurrentExecution, Docket, Execution, Worker
 from docket.worker import _stream_due_tasks
+from scenarios import main
 
 CHECK_1MS = "check_interval=1ms"
 DOCUMENTED_CHECK = timedelta(milliseconds=100)

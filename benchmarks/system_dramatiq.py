@@ -39,13 +39,13 @@ from common import (
     JsonDict,
     Producer,
     Recorder,
-    main,
     redis_py_version,
     run_in_flight,
 )
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import current_millis, dq_name
 from peer_threads import DeliveryChannel, ThreadedProducer, report
+from scenarios import main
 
 WORKER_TIMEOUT_10MS = "worker_timeout=10"
 FAST_WORKER_TIMEOUT_MS = 10

@@ -41,8 +41,9 @@ from datetime import datetime, timedelta, timezone
 from importlib.metadata import version
 from typing import Any
 
-from common import CONCURRENCY, JsonDict, Producer, Recorder, main, redis_py_version, run_in_flight
+from common import CONCURRENCY, JsonDict, Producer, Recorder, redis_py_version, run_in_flight
 from redis.asyncio import Redis
+from scenarios import main
 from taskiq import ScheduledTask, TaskiqScheduler
 from taskiq.cli.scheduler.run import SchedulerLoop, get_all_schedules
 from taskiq.receiver import Receiver
