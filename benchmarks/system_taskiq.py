@@ -59,6 +59,23 @@ BACKLOG_SCHEDULES_PER_PIPELINE = 1000
 BACKLOG_PIPELINES_IN_FLIGHT = 2
 # How long a stopping receiver is given before its connections are closed (seconds).
 STOP_TIMEOUT = 3.0
+# The broker's and the source's connection pools (taskiq-redis passes these on to redis-py's
+# BlockingConnectionPool), in both variants: the scheduler sends every due schedule in an
+# asyncio task of its own, and with the pools' default, unbounded, 20,000 schedules due at once
+# opened connections until they timed out connecting (redis-py 8 gives 5 s; Valkey would refuse
+# past its 10,000 clients anyway). So at most MAX_CONNECTIONS each, waited for without a
+# limit, and no connect or read timeout (redis-py had none by default before 8): behind a
+# server busy with those schedules (each LREM scans its minute's list) a blocking stream read
+# timed out, which stopped the receiver and left what the read had taken pending for the 10 min
+# idle timeout, and a send whose connection timed out connecting was never sent again (the
+# scheduler marks a schedule as run before it sends it).
+MAX_CONNECTIONS = 50
+CONNECTIONS: dict[str, Any] = {
+    "max_connection_pool_size": MAX_CONNECTIONS,
+    "timeout": None,
+    "socket_timeout": None,
+    "socket_connect_timeout": None,
+}
 
 # The recorder of the running worker, if any: the task below reports to it.
 _recorder: Recorder | None = None
@@ -72,8 +89,8 @@ async def _handle(index: int, due: float | None = None) -> None:
 
 
 def _parts(url: str) -> tuple[RedisStreamBroker, ListRedisScheduleSource, Any]:
-    broker = RedisStreamBroker(url=url)
-    source = ListRedisScheduleSource(url)
+    broker = RedisStreamBroker(url=url, **CONNECTIONS)
+    source = ListRedisScheduleSource(url, **CONNECTIONS)
     task = broker.task(task_name=TASK_NAME)(_handle)
     return broker, source, task
 
