@@ -57,6 +57,7 @@ from common import (
     run_in_flight,
     spread_delays,
 )
+from server_cpu import CpuReading, cpu_figures, read_server_cpu
 from system_aioqueue import RecorderMetrics
 
 import aioqueue
@@ -95,16 +96,17 @@ def builder(url: str, variant: str) -> EventServiceBuilder:
 
 
 @asynccontextmanager
-async def server_url(variant: str, url: str) -> AsyncIterator[str]:
-    """The driver's server for `single`; otherwise a cluster started for this run."""
+async def server_url(variant: str, url: str) -> AsyncIterator[tuple[str, list[str]]]:
+    """The driver's server for `single`; otherwise a cluster started for this run. With it the
+    URL of each server, whose CPU the run reads."""
     if variant == SINGLE:
-        yield url
+        yield url, [url]
         return
     cluster = EmbeddedCluster(masters=MASTERS)
     # Starting blocks for about 2 s (the servers' own writable delay): in a thread.
     await asyncio.to_thread(cluster.start)
     try:
-        yield cluster.url
+        yield cluster.url, [node.url for node in cluster.nodes]
     finally:
         await asyncio.to_thread(cluster.stop)
 
@@ -197,8 +199,11 @@ class Round:
         return time.time() < self.start + LEAD
 
 
-async def run_producer(url: str, variant: str, events: int, timeout: float) -> JsonDict:
-    """Starts the worker, enqueues the events, and returns the figures of the run."""
+async def run_producer(
+    url: str, servers: list[str], variant: str, events: int, timeout: float
+) -> JsonDict:
+    """Starts the worker, enqueues the events, and returns the figures of the run; the
+    server CPU is that of `servers` (all nodes) over the rounds, enqueueing and delivery."""
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         __file__,
@@ -219,8 +224,10 @@ async def run_producer(url: str, variant: str, events: int, timeout: float) -> J
         service = builder(url, variant).enable_scheduling(False).build()
         round_rates: list[float] = []
         enqueued_before_due = True
+        server_cpu_s = rounds_s = 0.0
         async with service:
             for round_number in range(ROUNDS):
+                cpu_before = await read_server_cpu(servers)
                 this_round = Round(service, offsets, first_index=round_number * events)
                 if round_number == 0:
                     # The first enqueue is timed alone: it pays what a process pays once per
@@ -233,6 +240,9 @@ async def run_producer(url: str, variant: str, events: int, timeout: float) -> J
                 round_rates.append(timed / seconds)
                 enqueued_before_due = enqueued_before_due and this_round.before_due()
                 await wait_for_round(child.stdout, round_number, LEAD + SPREAD + timeout)
+                cpu_after = await read_server_cpu(servers)
+                server_cpu_s += cpu_after.cpu_s - cpu_before.cpu_s
+                rounds_s += cpu_after.at - cpu_before.at
         output, _ = await asyncio.wait_for(child.communicate(), timeout)
     finally:
         if child.returncode is None:
@@ -252,6 +262,8 @@ async def run_producer(url: str, variant: str, events: int, timeout: float) -> J
         "handled": worker["handled"],
         "lost": worker["lost"],
         "lateness_ms": [round(value * 1000, 3) for value in lateness_s],
+        # The rounds' readings added up, as one window of their total length.
+        **cpu_figures(CpuReading(0.0, 0.0), CpuReading(server_cpu_s, rounds_s), events * ROUNDS),
     }
 
 
@@ -269,8 +281,8 @@ async def run(role: str, url: str, variant: str, events: int, timeout: float) ->
         return {"versions": {"aioqueue": aioqueue.__version__}}
     if role == "worker":
         return await run_worker(url, variant, events, timeout)
-    async with server_url(variant, url) as run_url:
-        result = await run_producer(run_url, variant, events, timeout)
+    async with server_url(variant, url) as (run_url, servers):
+        result = await run_producer(run_url, servers, variant, events, timeout)
     return {"topology": variant, "events": events, "rounds": ROUNDS, **result}
 
 

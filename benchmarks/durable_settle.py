@@ -91,7 +91,7 @@ async def drain(url: str, events: int) -> float:
 async def run(events: int, repeats: int, confirmed: bool) -> list[float]:
     rates = []
     for _ in range(repeats):
-        async with replicated_server() as url:
+        async with replicated_server() as (url, _replica):
             async with redis.asyncio.Redis.from_url(url) as admin:
                 await admin.function_load(LIBRARY.source)
                 waits_before = await command_calls(admin, "wait")

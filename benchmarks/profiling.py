@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import psutil
 import redis
-from common import JsonDict, enqueue_due, parse_options, parse_result, reset_server
+from common import JsonDict, parse_options, parse_result, reset_server
+from scenarios import enqueue_due
 from system_aioqueue import AioqueueSystem
 
 from aioqueue._wire.scripts import LuaScript

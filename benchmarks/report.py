@@ -1,5 +1,5 @@
-"""The driver's output: min/median/max per system and metric, the table, the issue's targets
-checked against it, and the lateness chart."""
+"""The driver's output: min/median/max per system and metric, the table and the lateness chart
+(the issues' targets checked against it are in targets.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from common import CLUSTER_ROUNDS, JsonDict, percentile
 
 # Suffix of the table row that shows aioqueue's second lateness measure (see README, "Clocks").
 WALL_CLOCK_ROW = " (handler wall clock)"
+# The summary's key for the rows of a scenario that have nothing to measure in it.
+NOT_APPLICABLE = "not_applicable"
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class Metric:
     digits: int
     # False where "aioqueue / best peer" means nothing: ratios already, or steps that differ.
     compare: bool = True
+    # The key of another metric of the scenario beside whose rows this one is printed (its
+    # median), instead of in a block of its own: the server CPU of the measured part.
+    beside: str | None = None
 
     def format(self, value: float) -> str:
         return f"{value:,.{self.digits}f}"
@@ -101,38 +106,39 @@ METRICS = (
     Metric("durable", "events_per_s",
            "durable enqueue: {enqueue_events:,} events an hour ahead, 32 calls in flight, on a "
            "primary with one replica", "rate", "events/s", True, 0, compare=False),
+    *(server_cpu for scenario, beside, suffix in (
+        ("enqueue", "events_per_s", ""),
+        ("drain", "seconds", ""),
+        ("lateness", "p50_ms", ""),
+        ("memory", "bytes_per_event", ""),
+        ("backlog", "drain_small_per_s", "_small"),
+        ("backlog", "drain_large_per_s", "_large"),
+        ("idle", "round_trips_per_s", ""),
+        ("cluster", "enqueue_per_s", ""),
+        ("durable", "events_per_s", ""),
+    ) for server_cpu in (
+        Metric(scenario, "server_cpu_us_per_event" + suffix, "", "server", "µs/event", False,
+               1, compare=False, beside=beside),
+        Metric(scenario, "server_cpu_share" + suffix, "", "server", "cores", False, 3,
+               compare=False, beside=beside),
+    )),
 )  # fmt: skip
-
-# What issue 3 asks of aioqueue; see check_targets().
-ISSUE_3_PEERS = ("arq", "saq")
-LATENESS_P99_MS = 10.0
-LATENESS_MAX_MS = 50.0
-DRAIN_FACTOR = 10.0
-ENQUEUE_FACTOR = 2.0
-ENQUEUE_MANY_FACTOR = 10.0
-MEMORY_FRACTION = 0.75
-BACKLOG_RATIO = 0.8
-# "No more than a few commands per second": read here as at most 5 round trips a second.
-IDLE_ROUND_TRIPS = 5.0
-# What issue 27 asks of aioqueue; see check_issue_27_targets().
-BULLMQ_NODE = "BullMQ on Node"
-ENQUEUE_VS_NODE_FACTOR = 2.0
-ENQUEUE_MANY_RATE = 150_000.0
-DRAIN_RATE = 40_000.0
-DRAIN_VS_FASTEST_PEER = 15.0
-LATENESS_P99_MS_27 = 5.0
-# Bytes per pending event when issue 27 was filed: not to grow.
-BYTES_PER_EVENT = 245.0
-CLUSTER_ENQUEUE_FRACTION = 0.8
-CLUSTER_LATENESS_FACTOR = 2.0
-SINGLE_SERVER = "aioqueue, single server"
-CLUSTER = "aioqueue, 3-master cluster"
-CLUSTER_PARTITIONED = "aioqueue, 3-master cluster, partitions(Tick, 8)"
-# The scenarios whose aioqueue runs count events handled; "0 lost" is judged over them.
-DELIVERY_SCENARIOS = ("drain", "lateness", "backlog", "cluster")
+# What the blocks with server CPU beside them say about it.
+SERVER_CPU_NOTE = (
+    "  beside: the server's CPU during the measured part (INFO CPU), per event and in cores, "
+    "medians"
+)
 
 
 Summary = dict[str, dict[str, dict[str, dict[str, float]]]]
+
+
+def server_name(info: Mapping[str, Any]) -> str:
+    """ "Valkey 8.1.8" or "Redis 7.0.15" from the server's INFO: Valkey reports a fixed
+    `redis_version` (7.2.4) for compatibility and its own in `valkey_version`."""
+    if "valkey_version" in info:
+        return f"Valkey {info['valkey_version']}"
+    return f"Redis {info['redis_version']}"
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:
@@ -165,6 +171,12 @@ def summarize(runs: Sequence[JsonDict]) -> Summary:
     summary: Summary = {}
     for (scenario, key, label), found in values.items():
         summary.setdefault(scenario, {}).setdefault(key, {})[label] = _stats(found)
+    # Rows that have no such thing to measure (plan.NOT_APPLICABLE): under a key of their own,
+    # so that the table shows them as `n/a` rather than `failed`.
+    for run in runs:
+        if "not_applicable" in run["result"]:
+            by_label = summary.setdefault(run["scenario"], {}).setdefault(NOT_APPLICABLE, {})
+            by_label.setdefault(run["row"], {"runs": 0})["runs"] += 1
     return summary
 
 
@@ -182,15 +194,19 @@ def render_table(
     entries: list[str | tuple[str, Sequence[str], str]] = []
     for metric in METRICS:
         labels = rows_by_scenario.get(metric.scenario)
-        if labels is None:
+        if labels is None or metric.beside is not None:
             continue
         by_label = summary.get(metric.scenario, {}).get(metric.key, {})
         better = "higher" if metric.higher_is_better else "lower"
         title = metric.title.format(**meta["sizes"])
-        entries.append(f"{title} [{metric.unit}, {better} is better]")
+        beside = [other for other in METRICS
+                  if other.scenario == metric.scenario and other.beside == metric.key]  # fmt: skip
+        note = SERVER_CPU_NOTE if beside else ""
+        entries.append(f"{title} [{metric.unit}, {better} is better]{note}")
         for label in labels:
             ran = any(label in by_key for by_key in summary.get(metric.scenario, {}).values())
-            entries.append(_row(metric, label, by_label.get(label), repeats, ran=ran))
+            label_row = _row(metric, label, by_label.get(label), repeats, ran=ran)
+            entries.append(_with_beside(label_row, summary, beside))
             wall_clock = by_label.get(label + WALL_CLOCK_ROW)
             if wall_clock is not None:
                 entries.append(_row(metric, label + WALL_CLOCK_ROW, wall_clock, repeats))
@@ -198,7 +214,7 @@ def render_table(
             entries.extend(_ratio_rows(metric, by_label, labels, peers, ours))
     width = 2 + max([len(entry[0]) for entry in entries if isinstance(entry, tuple)] + [30])
     lines = [
-        f"aioqueue and its peers on one valkey {meta['server']['valkey_version']} server, "
+        f"aioqueue and its peers on one {meta['server']['name']} server, "
         f"{'quick' if meta['quick'] else 'full'} sizes, {repeats} repeat(s); "
         "min / median / max over repeats, ratios of medians"
     ]
@@ -214,8 +230,24 @@ def render_table(
             lines.append(entry)
         else:
             label, cells, note = entry
-            lines.append(f"  {label:{width}}" + "".join(f"{cell:>12}" for cell in cells) + note)
+            padded = [*cells, *[""] * (3 - len(cells))]
+            lines.append(f"  {label:{width}}" + "".join(f"{cell:>12}" for cell in padded) + note)
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _with_beside(
+    entry: tuple[str, Sequence[str], str], summary: Summary, beside: Sequence[Metric]
+) -> tuple[str, Sequence[str], str]:
+    """A row with the medians of the metrics printed beside it, where the row has them."""
+    label, cells, note = entry
+    shown = [
+        f"{metric.format(found['median'])} {metric.unit}"
+        for metric in beside
+        if (found := summary.get(metric.scenario, {}).get(metric.key, {}).get(label))
+    ]
+    if shown:
+        note = "   server " + ", ".join(shown) + note
+    return label, cells, note
 
 
 def _row(
@@ -257,345 +289,6 @@ def _ratio_rows(
     return rows
 
 
-def _row_stats(summary: Summary, scenario: str, key: str, label: str) -> Mapping[str, float] | None:
-    return summary.get(scenario, {}).get(key, {}).get(label)
-
-
-def _median(summary: Summary, scenario: str, key: str, label: str) -> float | None:
-    found = _row_stats(summary, scenario, key, label)
-    return None if found is None else found["median"]
-
-
-def _not_measured(target: str) -> JsonDict:
-    return {"target": target, "measured": "not measured", "met": None}
-
-
-def _absolute(
-    summary: Summary,
-    target: str,
-    scenario: str,
-    key: str,
-    limit: float,
-    *,
-    at_most: bool,
-    label: str = "aioqueue",
-) -> JsonDict:
-    """`label`'s median against a fixed limit; `measured` also names the worst run."""
-    found = _row_stats(summary, scenario, key, label)
-    if found is None:
-        return _not_measured(target)
-    value, worst = found["median"], found["max" if at_most else "min"]
-    met = value <= limit if at_most else value >= limit
-    every_run = worst <= limit if at_most else worst >= limit
-    note = "" if met == every_run else " (not in every run)" if met else " (in some runs)"
-    measured = f"{value:,.2f} median, worst run {worst:,.2f}{note}"
-    return {"target": target, "measured": measured, "met": met}
-
-
-def _relative(
-    summary: Summary,
-    target: str,
-    scenario: str,
-    key: str,
-    ours: str,
-    peers: Sequence[str],
-    factor: float,
-    *,
-    lower_is_better: bool,
-) -> JsonDict:
-    """`ours`' median against the best of `peers`' medians: met when `factor` times better."""
-    value = _median(summary, scenario, key, ours)
-    known = {label: _median(summary, scenario, key, label) for label in peers}
-    found = {label: peer for label, peer in known.items() if peer is not None}
-    if value is None or not found:
-        return _not_measured(target)
-    pick = min if lower_is_better else max
-    best = pick(found, key=lambda label: found[label])
-    ratio = found[best] / value if lower_is_better else value / found[best]
-    measured = f"{value:,.2f} vs {best} {found[best]:,.2f}: {ratio:.2f}x better"
-    return {"target": target, "measured": measured, "met": ratio >= factor}
-
-
-def _against_row(
-    summary: Summary,
-    target: str,
-    scenario: str,
-    key: str,
-    ours: str,
-    baseline: str,
-    limit: float,
-    *,
-    at_most: bool,
-) -> JsonDict:
-    """The ratio of two rows' medians (`ours` / `baseline`) against a limit."""
-    value = _median(summary, scenario, key, ours)
-    base = _median(summary, scenario, key, baseline)
-    if value is None or base is None or base == 0:
-        return _not_measured(target)
-    ratio = value / base
-    met = ratio <= limit if at_most else ratio >= limit
-    measured = f"{value:,.2f} vs {base:,.2f}: {ratio:.2f}x"
-    return {"target": target, "measured": measured, "met": met}
-
-
-def check_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[JsonDict]:
-    """Issue 3's targets, then issue 27's, each entry marked with its `issue`.
-
-    Every entry has `target`, `measured` (text) and `met` (True, False, or None when a row it
-    needs is missing), each judged on the median over the runs.
-    """
-    return [
-        *({"issue": 3, **check} for check in check_issue_3_targets(summary)),
-        *({"issue": 27, **check} for check in check_issue_27_targets(summary, runs)),
-    ]
-
-
-def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
-    """Issue 3's targets for aioqueue, against arq and saq as the issue names them."""
-    cpu_target = "lateness run: worker CPU s <= arq's at its default poll delay"
-    cpu = _median(summary, "lateness", "worker_cpu_s", "aioqueue")
-    arq_cpu = _median(summary, "lateness", "worker_cpu_s", "arq")
-    if cpu is None or arq_cpu is None:
-        cpu_check = _not_measured(cpu_target)
-    else:
-        measured = f"{cpu:.2f} vs arq {arq_cpu:.2f}: {cpu / arq_cpu:.2f}x arq's"
-        cpu_check = {"target": cpu_target, "measured": measured, "met": cpu <= arq_cpu}
-    return [
-        _absolute(
-            summary,
-            f"lateness p99 <= {LATENESS_P99_MS:g} ms (server clock)",
-            "lateness",
-            "p99_ms",
-            LATENESS_P99_MS,
-            at_most=True,
-        ),
-        _absolute(
-            summary,
-            f"lateness max <= {LATENESS_MAX_MS:g} ms (server clock)",
-            "lateness",
-            "max_ms",
-            LATENESS_MAX_MS,
-            at_most=True,
-        ),
-        cpu_check,
-        _relative(
-            summary,
-            f"drain s: >= {DRAIN_FACTOR:g}x faster than the faster of arq and saq",
-            "drain",
-            "seconds",
-            "aioqueue",
-            ("arq", "arq poll_delay=0", "saq"),
-            DRAIN_FACTOR,
-            lower_is_better=True,
-        ),
-        _relative(
-            summary,
-            f"enqueue/s, 32 in flight: >= {ENQUEUE_FACTOR:g}x the faster of arq and saq",
-            "enqueue",
-            "events_per_s",
-            "aioqueue",
-            ISSUE_3_PEERS,
-            ENQUEUE_FACTOR,
-            lower_is_better=False,
-        ),
-        _relative(
-            summary,
-            f"enqueue_many/s: >= {ENQUEUE_MANY_FACTOR:g}x the faster of arq and saq",
-            "enqueue",
-            "events_per_s",
-            "aioqueue enqueue_many (100/call)",
-            ISSUE_3_PEERS,
-            ENQUEUE_MANY_FACTOR,
-            lower_is_better=False,
-        ),
-        _relative(
-            summary,
-            f"bytes per pending event: <= {MEMORY_FRACTION:g} of the smaller of arq's and saq's",
-            "memory",
-            "bytes_per_event",
-            "aioqueue",
-            ISSUE_3_PEERS,
-            1 / MEMORY_FRACTION,
-            lower_is_better=True,
-        ),
-        _absolute(
-            summary,
-            f"backlog: drain rate ratio >= {BACKLOG_RATIO:g}",
-            "backlog",
-            "drain_ratio",
-            BACKLOG_RATIO,
-            at_most=False,
-        ),
-        _absolute(
-            summary,
-            f"backlog: dispatch rate ratio >= {BACKLOG_RATIO:g}",
-            "backlog",
-            "dispatch_ratio",
-            BACKLOG_RATIO,
-            at_most=False,
-        ),
-        _absolute(
-            summary,
-            f"idle: <= {IDLE_ROUND_TRIPS:g} commands sent per second",
-            "idle",
-            "round_trips_per_s",
-            IDLE_ROUND_TRIPS,
-            at_most=True,
-        ),
-    ]
-
-
-def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[JsonDict]:
-    """Issue 27's targets for aioqueue: against BullMQ on Node and every other peer, absolute
-    rates, nothing lost, and the cluster scenario against the single server."""
-    peers = sorted({run["row"] for run in runs if run["system"] not in ("aioqueue", "redis-py")})
-    return [
-        _relative(
-            summary,
-            f"enqueue/s, 32 in flight: >= {ENQUEUE_VS_NODE_FACTOR:g}x {BULLMQ_NODE}",
-            "enqueue",
-            "events_per_s",
-            "aioqueue",
-            (BULLMQ_NODE,),
-            ENQUEUE_VS_NODE_FACTOR,
-            lower_is_better=False,
-        ),
-        _absolute(
-            summary,
-            f"enqueue_many/s: >= {ENQUEUE_MANY_RATE:,.0f}",
-            "enqueue",
-            "events_per_s",
-            ENQUEUE_MANY_RATE,
-            at_most=False,
-            label="aioqueue enqueue_many (100/call)",
-        ),
-        _absolute(
-            summary,
-            f"drain: >= {DRAIN_RATE:,.0f} events/s",
-            "drain",
-            "events_per_s",
-            DRAIN_RATE,
-            at_most=False,
-        ),
-        _relative(
-            summary,
-            f"drain: >= {DRAIN_VS_FASTEST_PEER:g}x the fastest peer",
-            "drain",
-            "events_per_s",
-            "aioqueue",
-            peers,
-            DRAIN_VS_FASTEST_PEER,
-            lower_is_better=False,
-        ),
-        _absolute(
-            summary,
-            f"lateness p99 <= {LATENESS_P99_MS_27:g} ms (server clock)",
-            "lateness",
-            "p99_ms",
-            LATENESS_P99_MS_27,
-            at_most=True,
-        ),
-        _absolute(
-            summary,
-            f"bytes per pending event <= {BYTES_PER_EVENT:g}",
-            "memory",
-            "bytes_per_event",
-            BYTES_PER_EVENT,
-            at_most=True,
-        ),
-        check_nothing_lost(runs),
-        _against_row(
-            summary,
-            f"cluster enqueue/s >= {CLUSTER_ENQUEUE_FRACTION:.0%} of the single server's",
-            "cluster",
-            "enqueue_per_s",
-            CLUSTER,
-            SINGLE_SERVER,
-            CLUSTER_ENQUEUE_FRACTION,
-            at_most=False,
-        ),
-        _against_row(
-            summary,
-            "cluster enqueue/s with partitions(Tick, 8) >= without",
-            "cluster",
-            "enqueue_per_s",
-            CLUSTER_PARTITIONED,
-            CLUSTER,
-            1.0,
-            at_most=False,
-        ),
-        _against_row(
-            summary,
-            f"cluster lateness p99 <= {CLUSTER_LATENESS_FACTOR:g}x the single server's",
-            "cluster",
-            "p99_ms",
-            CLUSTER,
-            SINGLE_SERVER,
-            CLUSTER_LATENESS_FACTOR,
-            at_most=True,
-        ),
-        _against_row(
-            summary,
-            f"cluster lateness p99 with partitions(Tick, 8) <= {CLUSTER_LATENESS_FACTOR:g}x "
-            "the single server's",
-            "cluster",
-            "p99_ms",
-            CLUSTER_PARTITIONED,
-            SINGLE_SERVER,
-            CLUSTER_LATENESS_FACTOR,
-            at_most=True,
-        ),
-    ]
-
-
-def check_nothing_lost(runs: Sequence[JsonDict]) -> JsonDict:
-    """0 lost: every aioqueue run that delivers events handled each of them.
-
-    A run's `lost` (or `lost_small` / `lost_large`) counts the events of its range that no
-    handler saw by the time the N-th delivery was reported. A failed run counts against the
-    target: it cannot show that nothing was lost.
-    """
-    target = "0 events lost (" + ", ".join(DELIVERY_SCENARIOS) + ")"
-    ours = [
-        run for run in runs if run["system"] == "aioqueue" and run["scenario"] in DELIVERY_SCENARIOS
-    ]
-    if not ours:
-        return _not_measured(target)
-    failed = [run for run in ours if "error" in run["result"]]
-    lost = sum(
-        run["result"].get(key, 0)
-        for run in ours
-        if "error" not in run["result"]
-        for key in ("lost", "lost_small", "lost_large")
-    )
-    measured = f"{lost} lost in {len(ours) - len(failed)} runs"
-    if failed:
-        measured += f"; {len(failed)} runs failed"
-    return {"target": target, "measured": measured, "met": lost == 0 and not failed}
-
-
-def render_targets(checks: Sequence[JsonDict]) -> str:
-    """The checked targets as plain-text lines, a block per issue, after the table."""
-    verdicts = {True: "met", False: "NOT MET", None: "?"}
-    width = max(len(check["target"]) for check in checks)
-    titles = {
-        3: "issue 3 targets for aioqueue (medians over repeats; peers: arq and saq):",
-        27: "issue 27 targets for aioqueue (medians over repeats; every peer):",
-    }
-    lines: list[str] = []
-    for issue, title in titles.items():
-        block = [check for check in checks if check.get("issue") == issue]
-        if not block:
-            continue
-        if lines:
-            lines.append("")
-        lines.append(title)
-        for check in block:
-            verdict = verdicts[check["met"]]
-            lines.append(f"  {verdict:8}{check['target']:{width}}  {check['measured']}")
-    return "\n".join(lines)
-
-
 def lateness_chart(
     runs: Sequence[JsonDict], path: pathlib.Path, *, meta: Mapping[str, Any]
 ) -> pathlib.Path | None:
@@ -633,7 +326,7 @@ def lateness_chart(
     axes.set_title(
         f"Delivery lateness: {sizes['lateness_events']:,} events due over "
         f"{sizes['lateness_spread']:g} s, one worker, {meta['repeats']} repeat(s) pooled\n"
-        f"valkey {meta['server']['valkey_version']}; aioqueue on the server clock (Metrics), "
+        f"{meta['server']['name']}; aioqueue on the server clock (Metrics), "
         "the peers on the machine's clock",
         fontsize="medium",
     )

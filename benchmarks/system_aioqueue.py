@@ -9,11 +9,18 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 
 import anyio
 import redis.asyncio
+from bench_events import (
+    REALISTIC,
+    SERIAL_KEYS,
+    BenchEvent,
+    event_class,
+    index_of,
+    make_event,
+)
 from common import (
     CONCURRENCY,
     IN_FLIGHT,
@@ -22,11 +29,11 @@ from common import (
     Producer,
     Recorder,
     command_stats,
-    main,
     redis_py_version,
     run_in_flight,
     stats_delta,
 )
+from scenarios import main
 
 import aioqueue
 from aioqueue import (
@@ -63,10 +70,10 @@ SYNC_HANDLER = "sync_handler"
 # (reading it and keeping its window inside every claim and dispatch) costs.
 RATE_LIMITED = "rate_limited"
 FAR_ABOVE_THE_DRAIN = 1_000_000
-# The drain of a serial-key type whose events spread over this many key values: what holding,
-# parking and freeing keys costs beside an unkeyed drain.
-SERIAL_KEYS = "serial_keys"
-DISTINCT_KEYS = 1000
+# The drain of a serial-key type whose events spread over DISTINCT_KEYS key values
+# (SERIAL_KEYS): what holding, parking and freeing keys costs beside an unkeyed drain. The
+# enqueue and the drain of an event written as applications write theirs (REALISTIC): what
+# encoding and decoding their fields cost beside BenchEvent's two (bench_events.py).
 # Events per enqueue_many call in the enqueue_many variant.
 MANY_BATCH = 100
 DUE_KEY = "bench_due"
@@ -91,39 +98,21 @@ BACKLOG_CALLS_PER_PIPELINE = 8
 BACKLOG_PIPELINES_IN_FLIGHT = 2
 
 
-@dataclass
-class BenchEvent(Event):
-    id: str
-    index: int
-
-
-@dataclass
-class KeyedBenchEvent(BenchEvent):
-    """A BenchEvent type of its own whose events run one at a time per `key`."""
-
-    __serial_key__ = "key"
-    key: int = 0
-
-
-def bench_event(index: int, *, keyed: bool) -> BenchEvent:
-    if keyed:
-        return KeyedBenchEvent(id=f"e-{index}", index=index, key=index % DISTINCT_KEYS)
-    return BenchEvent(id=f"e-{index}", index=index)
-
-
 class AioqueueProducer:
     def __init__(
-        self, service: EventService, *, many: bool, tag_due_times: bool, keyed: bool
+        self, service: EventService, *, many: bool, tag_due_times: bool, variant: str
     ) -> None:
         self._service = service
         self._many = many
-        self._keyed = keyed
+        self._variant = variant
         self._tag_due_times = tag_due_times
         self.batch_size = MANY_BATCH if many else 1
+        self.server_urls: list[str] = []
+        """The servers written to, where they are not the scenario's (scenarios.servers_of)."""
 
     async def enqueue(self, indices: range, delay: float) -> None:
         context = {DUE_KEY: repr(time.time() + delay)} if self._tag_due_times else None
-        events = [bench_event(index, keyed=self._keyed) for index in indices]
+        events = [make_event(index, self._variant) for index in indices]
         if self._many:
             # Looked up at run time: enqueue_many is newer than this harness may be.
             enqueue_many = getattr(self._service, ENQUEUE_MANY)
@@ -145,10 +134,10 @@ class SyncAioqueueProducer:
         self._limiter = anyio.CapacityLimiter(1 if one_thread else IN_FLIGHT)
 
     async def enqueue(self, indices: range, delay: float) -> None:
-        events = [bench_event(index, keyed=False) for index in indices]
+        events = [make_event(index, "") for index in indices]
         await anyio.to_thread.run_sync(self._write, events, delay, limiter=self._limiter)
 
-    def _write(self, events: list[BenchEvent], delay: float) -> None:
+    def _write(self, events: list[Event], delay: float) -> None:
         if self._many:
             self._producer.enqueue_many(events, delay)
         else:
@@ -183,6 +172,7 @@ class AioqueueSystem:
             *([SYNC_HANDLER] if hasattr(EventServiceBuilder, "handler_threads") else []),
             *([RATE_LIMITED] if hasattr(EventServiceBuilder, "rate_limit") else []),
             SERIAL_KEYS,
+            REALISTIC,
             # The baselines of the durable rows need nothing new, so they can be run by hand.
             REPLICA_ATTACHED,
             REPLICA_ATTACHED_MANY,
@@ -209,8 +199,10 @@ class AioqueueSystem:
                 )
             return
         async with AsyncExitStack() as stack:
+            servers: list[str] = []
             if variant in REPLICATED:
-                url = await stack.enter_async_context(replicated_server())
+                servers = await stack.enter_async_context(replicated_server())
+                url = servers[0]
             # Dispatching is the worker's job: a producer-only service, as in a real deployment.
             builder = EventService.builder().url(url).enable_scheduling(False)
             if variant in (DURABLE, DURABLE_MANY):
@@ -219,18 +211,21 @@ class AioqueueSystem:
                 builder = durability(replicas=1, timeout=DURABILITY_TIMEOUT)
             service = builder.build()
             async with service:
-                yield AioqueueProducer(
+                producer = AioqueueProducer(
                     service,
                     many=variant in (ENQUEUE_MANY, REPLICA_ATTACHED_MANY, DURABLE_MANY),
                     tag_due_times=tag_due_times,
-                    keyed=variant == SERIAL_KEYS,
+                    variant=variant,
                 )
+                # The scenario reads the CPU of the primary and its replica together.
+                producer.server_urls = servers
+                yield producer
 
     async def work(
         self, url: str, variant: str, recorder: Recorder, on_ready: Callable[[], None]
     ) -> None:
-        async def handle(event: BenchEvent) -> bool:
-            recorder.saw(event.index)
+        async def handle(event: Event) -> bool:
+            recorder.saw(index_of(event))
             due = event_context.get().get(DUE_KEY)
             if due is not None:
                 recorder.cross_check_lateness.append(time.time() - float(due))
@@ -250,8 +245,7 @@ class AioqueueSystem:
             if variant == SYNC_HANDLER:
                 service.add_handler(BenchEvent, handle_in_thread, parallelism=CONCURRENCY)
             else:
-                event_class = KeyedBenchEvent if variant == SERIAL_KEYS else BenchEvent
-                service.add_handler(event_class, handle, parallelism=CONCURRENCY)
+                service.add_handler(event_class(variant), handle, parallelism=CONCURRENCY)
             on_ready()
             await recorder.done.wait()
 
@@ -341,8 +335,8 @@ def has_durability() -> bool:
 
 
 @asynccontextmanager
-async def replicated_server() -> AsyncIterator[str]:
-    """A primary with one replica, both started for the caller; the primary's URL."""
+async def replicated_server() -> AsyncIterator[list[str]]:
+    """A primary with one replica, both started for the caller; their URLs, primary first."""
     primary = EmbeddedServer()
     # Starting waits for the server to answer: in a thread, as every start here.
     await asyncio.to_thread(primary.start)
@@ -351,7 +345,7 @@ async def replicated_server() -> AsyncIterator[str]:
         await asyncio.to_thread(replica.start)
         try:
             await wait_for_replica(primary.url)
-            yield primary.url
+            yield [primary.url, replica.url]
         finally:
             await asyncio.to_thread(replica.stop)
     finally:

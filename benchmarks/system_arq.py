@@ -22,7 +22,8 @@ from arq.connections import ArqRedis, RedisSettings
 from arq.constants import default_queue_name, expires_extra_ms, job_key_prefix
 from arq.jobs import serialize_job
 from arq.utils import timestamp_ms
-from common import CONCURRENCY, JsonDict, Producer, Recorder, main, redis_py_version, run_in_flight
+from common import CONCURRENCY, JsonDict, Producer, Recorder, redis_py_version, run_in_flight
+from scenarios import main
 
 POLL_DELAY_0 = "poll_delay=0"
 HANDLER_NAME = "handle"

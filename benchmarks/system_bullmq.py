@@ -37,7 +37,8 @@ from typing import Any
 
 import redis.asyncio
 from bullmq import Job, Queue, Worker
-from common import CONCURRENCY, JsonDict, Producer, Recorder, main, redis_py_version, run_in_flight
+from common import CONCURRENCY, JsonDict, Producer, Recorder, redis_py_version, run_in_flight
+from scenarios import main
 
 QUEUE_NAME = "bench"
 JOB_NAME = "handle"

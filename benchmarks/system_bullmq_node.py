@@ -37,13 +37,13 @@ from common import (
     Options,
     clock_offset,
     lateness_summary,
-    observe_commands,
     parse_options,
     parse_result,
     reset_server,
     spread_delays,
     used_memory,
 )
+from scenarios import observe_commands
 
 NODE_SCRIPT = pathlib.Path(__file__).resolve().parent / "bullmq_node" / "bench.mjs"
 # How long a Node worker may take to say it is ready (seconds).

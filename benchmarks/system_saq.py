@@ -18,9 +18,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import version
 from typing import Any
 
-from common import CONCURRENCY, JsonDict, Producer, Recorder, main, redis_py_version, run_in_flight
+from common import CONCURRENCY, JsonDict, Producer, Recorder, redis_py_version, run_in_flight
 from saq import Job, Queue, Status, Worker
 from saq.utils import now
+from scenarios import main
 
 HANDLER_NAME = "handle"
 # Loading a backlog: jobs per pipeline, and pipelines in flight.

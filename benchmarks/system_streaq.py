@@ -28,7 +28,8 @@ from importlib.metadata import version
 from typing import Any
 
 import anyio
-from common import CONCURRENCY, JsonDict, Producer, Recorder, main, run_in_flight
+from common import CONCURRENCY, JsonDict, Producer, Recorder, run_in_flight
+from scenarios import main
 from streaq import Worker
 from streaq.types import StreamMessage, Streaq
 from streaq.utils import now_ms

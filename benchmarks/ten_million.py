@@ -44,10 +44,9 @@ from common import (
     JsonDict,
     Options,
     command_stats,
-    scenario_backlog,
-    scenario_memory,
     stats_delta,
 )
+from scenarios import scenario_backlog, scenario_memory
 from system_aioqueue import ENQUEUE_MANY, AioqueueSystem, BenchEvent
 
 from aioqueue import event_type_name

@@ -1,0 +1,376 @@
+"""Issue 3's and issue 27's targets for aioqueue, checked against the summary, and their
+lines after the table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from common import JsonDict
+from report import Summary
+
+# What issue 3 asks of aioqueue; see check_targets().
+ISSUE_3_PEERS = ("arq", "saq")
+LATENESS_P99_MS = 10.0
+LATENESS_MAX_MS = 50.0
+DRAIN_FACTOR = 10.0
+ENQUEUE_FACTOR = 2.0
+ENQUEUE_MANY_FACTOR = 10.0
+MEMORY_FRACTION = 0.75
+BACKLOG_RATIO = 0.8
+# "No more than a few commands per second": read here as at most 5 round trips a second.
+IDLE_ROUND_TRIPS = 5.0
+# What issue 27 asks of aioqueue; see check_issue_27_targets().
+BULLMQ_NODE = "BullMQ on Node"
+ENQUEUE_VS_NODE_FACTOR = 2.0
+ENQUEUE_MANY_RATE = 150_000.0
+DRAIN_RATE = 40_000.0
+DRAIN_VS_FASTEST_PEER = 15.0
+LATENESS_P99_MS_27 = 5.0
+# Bytes per pending event when issue 27 was filed: not to grow.
+BYTES_PER_EVENT = 245.0
+CLUSTER_ENQUEUE_FRACTION = 0.8
+CLUSTER_LATENESS_FACTOR = 2.0
+SINGLE_SERVER = "aioqueue, single server"
+CLUSTER = "aioqueue, 3-master cluster"
+CLUSTER_PARTITIONED = "aioqueue, 3-master cluster, partitions(Tick, 8)"
+# The scenarios whose aioqueue runs count events handled; "0 lost" is judged over them.
+DELIVERY_SCENARIOS = ("drain", "lateness", "backlog", "cluster")
+
+
+def _row_stats(summary: Summary, scenario: str, key: str, label: str) -> Mapping[str, float] | None:
+    return summary.get(scenario, {}).get(key, {}).get(label)
+
+
+def _median(summary: Summary, scenario: str, key: str, label: str) -> float | None:
+    found = _row_stats(summary, scenario, key, label)
+    return None if found is None else found["median"]
+
+
+def _not_measured(target: str) -> JsonDict:
+    return {"target": target, "measured": "not measured", "met": None}
+
+
+def _absolute(
+    summary: Summary,
+    target: str,
+    scenario: str,
+    key: str,
+    limit: float,
+    *,
+    at_most: bool,
+    label: str = "aioqueue",
+) -> JsonDict:
+    """`label`'s median against a fixed limit; `measured` also names the worst run."""
+    found = _row_stats(summary, scenario, key, label)
+    if found is None:
+        return _not_measured(target)
+    value, worst = found["median"], found["max" if at_most else "min"]
+    met = value <= limit if at_most else value >= limit
+    every_run = worst <= limit if at_most else worst >= limit
+    note = "" if met == every_run else " (not in every run)" if met else " (in some runs)"
+    measured = f"{value:,.2f} median, worst run {worst:,.2f}{note}"
+    return {"target": target, "measured": measured, "met": met}
+
+
+def _relative(
+    summary: Summary,
+    target: str,
+    scenario: str,
+    key: str,
+    ours: str,
+    peers: Sequence[str],
+    factor: float,
+    *,
+    lower_is_better: bool,
+) -> JsonDict:
+    """`ours`' median against the best of `peers`' medians: met when `factor` times better."""
+    value = _median(summary, scenario, key, ours)
+    known = {label: _median(summary, scenario, key, label) for label in peers}
+    found = {label: peer for label, peer in known.items() if peer is not None}
+    if value is None or not found:
+        return _not_measured(target)
+    pick = min if lower_is_better else max
+    best = pick(found, key=lambda label: found[label])
+    ratio = found[best] / value if lower_is_better else value / found[best]
+    measured = f"{value:,.2f} vs {best} {found[best]:,.2f}: {ratio:.2f}x better"
+    return {"target": target, "measured": measured, "met": ratio >= factor}
+
+
+def _against_row(
+    summary: Summary,
+    target: str,
+    scenario: str,
+    key: str,
+    ours: str,
+    baseline: str,
+    limit: float,
+    *,
+    at_most: bool,
+) -> JsonDict:
+    """The ratio of two rows' medians (`ours` / `baseline`) against a limit."""
+    value = _median(summary, scenario, key, ours)
+    base = _median(summary, scenario, key, baseline)
+    if value is None or base is None or base == 0:
+        return _not_measured(target)
+    ratio = value / base
+    met = ratio <= limit if at_most else ratio >= limit
+    measured = f"{value:,.2f} vs {base:,.2f}: {ratio:.2f}x"
+    return {"target": target, "measured": measured, "met": met}
+
+
+def check_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[JsonDict]:
+    """Issue 3's targets, then issue 27's, each entry marked with its `issue`.
+
+    Every entry has `target`, `measured` (text) and `met` (True, False, or None when a row it
+    needs is missing), each judged on the median over the runs.
+    """
+    return [
+        *({"issue": 3, **check} for check in check_issue_3_targets(summary)),
+        *({"issue": 27, **check} for check in check_issue_27_targets(summary, runs)),
+    ]
+
+
+def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
+    """Issue 3's targets for aioqueue, against arq and saq as the issue names them."""
+    cpu_target = "lateness run: worker CPU s <= arq's at its default poll delay"
+    cpu = _median(summary, "lateness", "worker_cpu_s", "aioqueue")
+    arq_cpu = _median(summary, "lateness", "worker_cpu_s", "arq")
+    if cpu is None or arq_cpu is None:
+        cpu_check = _not_measured(cpu_target)
+    else:
+        measured = f"{cpu:.2f} vs arq {arq_cpu:.2f}: {cpu / arq_cpu:.2f}x arq's"
+        cpu_check = {"target": cpu_target, "measured": measured, "met": cpu <= arq_cpu}
+    return [
+        _absolute(
+            summary,
+            f"lateness p99 <= {LATENESS_P99_MS:g} ms (server clock)",
+            "lateness",
+            "p99_ms",
+            LATENESS_P99_MS,
+            at_most=True,
+        ),
+        _absolute(
+            summary,
+            f"lateness max <= {LATENESS_MAX_MS:g} ms (server clock)",
+            "lateness",
+            "max_ms",
+            LATENESS_MAX_MS,
+            at_most=True,
+        ),
+        cpu_check,
+        _relative(
+            summary,
+            f"drain s: >= {DRAIN_FACTOR:g}x faster than the faster of arq and saq",
+            "drain",
+            "seconds",
+            "aioqueue",
+            ("arq", "arq poll_delay=0", "saq"),
+            DRAIN_FACTOR,
+            lower_is_better=True,
+        ),
+        _relative(
+            summary,
+            f"enqueue/s, 32 in flight: >= {ENQUEUE_FACTOR:g}x the faster of arq and saq",
+            "enqueue",
+            "events_per_s",
+            "aioqueue",
+            ISSUE_3_PEERS,
+            ENQUEUE_FACTOR,
+            lower_is_better=False,
+        ),
+        _relative(
+            summary,
+            f"enqueue_many/s: >= {ENQUEUE_MANY_FACTOR:g}x the faster of arq and saq",
+            "enqueue",
+            "events_per_s",
+            "aioqueue enqueue_many (100/call)",
+            ISSUE_3_PEERS,
+            ENQUEUE_MANY_FACTOR,
+            lower_is_better=False,
+        ),
+        _relative(
+            summary,
+            f"bytes per pending event: <= {MEMORY_FRACTION:g} of the smaller of arq's and saq's",
+            "memory",
+            "bytes_per_event",
+            "aioqueue",
+            ISSUE_3_PEERS,
+            1 / MEMORY_FRACTION,
+            lower_is_better=True,
+        ),
+        _absolute(
+            summary,
+            f"backlog: drain rate ratio >= {BACKLOG_RATIO:g}",
+            "backlog",
+            "drain_ratio",
+            BACKLOG_RATIO,
+            at_most=False,
+        ),
+        _absolute(
+            summary,
+            f"backlog: dispatch rate ratio >= {BACKLOG_RATIO:g}",
+            "backlog",
+            "dispatch_ratio",
+            BACKLOG_RATIO,
+            at_most=False,
+        ),
+        _absolute(
+            summary,
+            f"idle: <= {IDLE_ROUND_TRIPS:g} commands sent per second",
+            "idle",
+            "round_trips_per_s",
+            IDLE_ROUND_TRIPS,
+            at_most=True,
+        ),
+    ]
+
+
+def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[JsonDict]:
+    """Issue 27's targets for aioqueue: against BullMQ on Node and every other peer, absolute
+    rates, nothing lost, and the cluster scenario against the single server."""
+    peers = sorted({run["row"] for run in runs if run["system"] not in ("aioqueue", "redis-py")})
+    return [
+        _relative(
+            summary,
+            f"enqueue/s, 32 in flight: >= {ENQUEUE_VS_NODE_FACTOR:g}x {BULLMQ_NODE}",
+            "enqueue",
+            "events_per_s",
+            "aioqueue",
+            (BULLMQ_NODE,),
+            ENQUEUE_VS_NODE_FACTOR,
+            lower_is_better=False,
+        ),
+        _absolute(
+            summary,
+            f"enqueue_many/s: >= {ENQUEUE_MANY_RATE:,.0f}",
+            "enqueue",
+            "events_per_s",
+            ENQUEUE_MANY_RATE,
+            at_most=False,
+            label="aioqueue enqueue_many (100/call)",
+        ),
+        _absolute(
+            summary,
+            f"drain: >= {DRAIN_RATE:,.0f} events/s",
+            "drain",
+            "events_per_s",
+            DRAIN_RATE,
+            at_most=False,
+        ),
+        _relative(
+            summary,
+            f"drain: >= {DRAIN_VS_FASTEST_PEER:g}x the fastest peer",
+            "drain",
+            "events_per_s",
+            "aioqueue",
+            peers,
+            DRAIN_VS_FASTEST_PEER,
+            lower_is_better=False,
+        ),
+        _absolute(
+            summary,
+            f"lateness p99 <= {LATENESS_P99_MS_27:g} ms (server clock)",
+            "lateness",
+            "p99_ms",
+            LATENESS_P99_MS_27,
+            at_most=True,
+        ),
+        _absolute(
+            summary,
+            f"bytes per pending event <= {BYTES_PER_EVENT:g}",
+            "memory",
+            "bytes_per_event",
+            BYTES_PER_EVENT,
+            at_most=True,
+        ),
+        check_nothing_lost(runs),
+        _against_row(
+            summary,
+            f"cluster enqueue/s >= {CLUSTER_ENQUEUE_FRACTION:.0%} of the single server's",
+            "cluster",
+            "enqueue_per_s",
+            CLUSTER,
+            SINGLE_SERVER,
+            CLUSTER_ENQUEUE_FRACTION,
+            at_most=False,
+        ),
+        _against_row(
+            summary,
+            "cluster enqueue/s with partitions(Tick, 8) >= without",
+            "cluster",
+            "enqueue_per_s",
+            CLUSTER_PARTITIONED,
+            CLUSTER,
+            1.0,
+            at_most=False,
+        ),
+        _against_row(
+            summary,
+            f"cluster lateness p99 <= {CLUSTER_LATENESS_FACTOR:g}x the single server's",
+            "cluster",
+            "p99_ms",
+            CLUSTER,
+            SINGLE_SERVER,
+            CLUSTER_LATENESS_FACTOR,
+            at_most=True,
+        ),
+        _against_row(
+            summary,
+            f"cluster lateness p99 with partitions(Tick, 8) <= {CLUSTER_LATENESS_FACTOR:g}x "
+            "the single server's",
+            "cluster",
+            "p99_ms",
+            CLUSTER_PARTITIONED,
+            SINGLE_SERVER,
+            CLUSTER_LATENESS_FACTOR,
+            at_most=True,
+        ),
+    ]
+
+
+def check_nothing_lost(runs: Sequence[JsonDict]) -> JsonDict:
+    """0 lost: every aioqueue run that delivers events handled each of them.
+
+    A run's `lost` (or `lost_small` / `lost_large`) counts the events of its range that no
+    handler saw by the time the N-th delivery was reported. A failed run counts against the
+    target: it cannot show that nothing was lost.
+    """
+    target = "0 events lost (" + ", ".join(DELIVERY_SCENARIOS) + ")"
+    ours = [
+        run for run in runs if run["system"] == "aioqueue" and run["scenario"] in DELIVERY_SCENARIOS
+    ]
+    if not ours:
+        return _not_measured(target)
+    failed = [run for run in ours if "error" in run["result"]]
+    lost = sum(
+        run["result"].get(key, 0)
+        for run in ours
+        if "error" not in run["result"]
+        for key in ("lost", "lost_small", "lost_large")
+    )
+    measured = f"{lost} lost in {len(ours) - len(failed)} runs"
+    if failed:
+        measured += f"; {len(failed)} runs failed"
+    return {"target": target, "measured": measured, "met": lost == 0 and not failed}
+
+
+def render_targets(checks: Sequence[JsonDict]) -> str:
+    """The checked targets as plain-text lines, a block per issue, after the table."""
+    verdicts = {True: "met", False: "NOT MET", None: "?"}
+    width = max(len(check["target"]) for check in checks)
+    titles = {
+        3: "issue 3 targets for aioqueue (medians over repeats; peers: arq and saq):",
+        27: "issue 27 targets for aioqueue (medians over repeats; every peer):",
+    }
+    lines: list[str] = []
+    for issue, title in titles.items():
+        block = [check for check in checks if check.get("issue") == issue]
+        if not block:
+            continue
+        if lines:
+            lines.append("")
+        lines.append(title)
+        for check in block:
+            verdict = verdicts[check["met"]]
+            lines.append(f"  {verdict:8}{check['target']:{width}}  {check['measured']}")
+    return "\n".join(lines)
