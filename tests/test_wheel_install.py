@@ -94,6 +94,9 @@ def test_the_sdist_holds_what_a_release_needs(built: Built) -> None:
         names = {name.removeprefix(f"{top}/") for name in sdist.getnames()}
     assert {"LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml"} <= names
     assert _package_data() - names == set()
+    # The deployment kit stays in the repository (MANIFEST.in prunes it).
+    assert (ROOT / "deploy" / "README.md").is_file()
+    assert [name for name in names if name.startswith("deploy")] == []
 
 
 def _fresh_virtualenv(path: Path, wheel: Path) -> Path:
