@@ -8,8 +8,9 @@ async with service:
 From blocking code (Django, Flask, scripts): SyncProducer(url).enqueue(event, delay).
 """
 
+from ._model.batches import BatchOutcome
 from ._model.config import Durability, ProducerConfig, ServiceConfig
-from ._model.delivery import Delivery, current_delivery
+from ._model.delivery import Delivery, current_deliveries, current_delivery
 from ._model.errors import (
     AioqueueError,
     ConfigurationError,
@@ -44,6 +45,7 @@ from ._wire.envelope import DeadLetter
 
 __all__ = [
     "AioqueueError",
+    "BatchOutcome",
     "ConfigurationError",
     "DeadLetter",
     "Delivery",
@@ -87,6 +89,7 @@ __all__ = [
     "Worker",
     "WorkerHandler",
     "WorkerState",
+    "current_deliveries",
     "current_delivery",
     "event_context",
     "event_type_name",

@@ -449,7 +449,8 @@ async def drive(args: argparse.Namespace) -> Report:
         torn_lines=torn,
         ticks_delivered=len(ticks),
         tick_gaps=expected_ticks - len(ticks),
-        sync_workers=args.workers // 2,
+        sync_workers=(args.workers + 1) // 3,
+        batch_workers=args.workers // 3,
         flow=flow,
         durable=durable_report,
     )

@@ -29,6 +29,7 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
         worker.add_argument("--retry-attempts", type=int, required=True)
         worker.add_argument("--parallelism", type=int, required=True)
         worker.add_argument("--sync-handler", action="store_true")
+        worker.add_argument("--batch-handler", action="store_true")
         worker.add_argument("--rate-limit", type=int, required=True)
         worker.add_argument("--partitions", type=int, required=True)
         namespace = worker.parse_args(argv[1:])

@@ -66,8 +66,10 @@ class WorkerPool:
                 str(self._rate_limit),
                 "--partitions",
                 str(self._args.partitions),
-                # Odd slots run the handler as a plain function, in worker threads.
-                *(["--sync-handler"] if slot % 2 else []),
+                # Slots take turns: an async handler, a plain function in worker threads, a
+                # batch handler (per-event outcomes, so a poisoned event fails alone).
+                *(["--sync-handler"] if slot % 3 == 1 else []),
+                *(["--batch-handler"] if slot % 3 == 2 else []),
             ],
             cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,

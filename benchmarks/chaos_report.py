@@ -86,6 +86,7 @@ class Report:
     tick_gaps: int
     """Ticks between the first and the last delivered one that never reached a handler."""
     sync_workers: int
+    batch_workers: int
     """Worker slots whose handler is a plain function run in threads."""
     flow: FlowReport
     durable: DurableReport | None
@@ -163,7 +164,8 @@ def print_report(report: Report) -> None:
         f"{report.tick_gaps:,} missing between the first and the last"
     )
     print(
-        f"  sync:        {report.sync_workers} of {report.workers} workers ran a plain-def handler"
+        f"  sync:        {report.sync_workers} of {report.workers} workers ran a plain-def "
+        f"handler, {report.batch_workers} a batch handler"
     )
     flow = report.flow
     print(

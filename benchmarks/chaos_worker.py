@@ -15,7 +15,15 @@ from pathlib import Path
 import anyio
 from chaos_flow import add_flow_handlers, with_rate_limit
 
-from aioqueue import Event, EventService, EventServiceBuilder, FixedDelays, current_delivery
+from aioqueue import (
+    Delivery,
+    Event,
+    EventService,
+    EventServiceBuilder,
+    FixedDelays,
+    current_deliveries,
+    current_delivery,
+)
 
 PREFIX = "chaos"
 SCHEDULING_INTERVAL = 0.1
@@ -64,9 +72,9 @@ async def run_worker(args: argparse.Namespace) -> None:
     log = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     rng = random.Random()
 
-    def record(event_id: str, due_ms: int) -> None:
+    def record(event_id: str, due_ms: int, delivery: Delivery | None = None) -> None:
         # One write(2) per line, before returning: see the module docstring.
-        delivery = current_delivery()
+        delivery = delivery or current_delivery()
         attempt_due_ms = round(delivery.due_at.timestamp() * 1000)
         line = f"{event_id}\t{due_ms}\t{time.time() * 1000:.1f}\t{delivery.attempt}\t"
         os.write(log, f"{line}{attempt_due_ms}\n".encode())
@@ -86,6 +94,13 @@ async def run_worker(args: argparse.Namespace) -> None:
             raise RuntimeError("poisoned event: this handler always fails")
         time.sleep(rng.uniform(0, args.handler_ms / 1000))
         return True
+
+    async def handle_batch(batch: list[ChaosEvent]) -> dict[str, bool]:
+        """The same handler for a batch: each event's outcome its own."""
+        for event, delivery in zip(batch, current_deliveries(), strict=True):
+            record(event.id, event.due_ms, delivery)
+        await anyio.sleep(rng.uniform(0, args.handler_ms / 1000))
+        return {event.id: not event.poison for event in batch}
 
     async def handle_tick(tick: ChaosTick) -> bool:
         record(tick.id, tick.tick_ms)
@@ -113,7 +128,11 @@ async def run_worker(args: argparse.Namespace) -> None:
     service.add_schedule("chaos-tick", every=TICK_SECONDS, event=tick_event, misfire="all")
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with service:
-            if args.sync_handler:
+            if args.batch_handler:
+                service.add_batch_handler(
+                    ChaosEvent, handle_batch, max_size=args.parallelism, max_wait=0.01
+                )
+            elif args.sync_handler:
                 service.add_handler(ChaosEvent, handle_in_thread, parallelism=args.parallelism)
             else:
                 service.add_handler(ChaosEvent, handle, parallelism=args.parallelism)

@@ -17,7 +17,7 @@ step holds the two together: attempts counted = handler calls begun.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -185,6 +185,8 @@ class QueueModel(SteppedRedis):
             self.dispatch(step.lease_ms)
         elif operation == "claim":
             self.claim(step.count, step.lease_ms)
+        elif operation == "batch":
+            self.settle_batch(step.index, step.delay_ms, step.lease_ms)
         elif operation == "browse":
             # Pages of one or two events: a few events make a walk of several pages, with
             # other operations between them.
@@ -528,8 +530,14 @@ class QueueModel(SteppedRedis):
         event.under_way = False
         event.generation = self._new_generation()
 
-    def claim(self, count: int, lease_ms: int) -> None:
-        claimed = self.run(self.store.claim(count, lease_ms=lease_ms))
+    def claim(self, count: int, lease_ms: int, acknowledge: Sequence[Envelope] = ()) -> None:
+        """Takes up to `count` deliveries, acknowledging `acknowledge` first in the same
+        call (what a consumer's claim does with the successes of its last handler calls)."""
+        claimed = self.run(self.store.claim(count, lease_ms=lease_ms, acknowledge=acknowledge))
+        for envelope in acknowledge:
+            if self._is_current(envelope):
+                del self.pending[envelope.id]
+                self._moved(envelope.id)
         if self.paused:
             assert (claimed.paused, claimed.envelopes) == (True, [])
             return
@@ -628,6 +636,20 @@ class QueueModel(SteppedRedis):
         else:
             # With retry 0 or an hour, like the leases.
             self.fail(held, delay_ms, bury=outcome == "undecodable")
+
+    def settle_batch(self, failures: int, retry_ms: int, lease_ms: int) -> None:
+        """A batch handler's outcome for every held delivery at once: those whose position
+        has its bit set in `failures` failed (each settled on its own, retried after
+        `retry_ms`), the others succeeded, and are acknowledged by the batch's next claim,
+        which takes as many as the batch held in the same call."""
+        batch, self.held = [held.envelope for held in self.held], []
+        succeeded = []
+        for position, envelope in enumerate(batch):
+            if failures >> position & 1:
+                self.fail(envelope, retry_ms, bury=False)
+            else:
+                succeeded.append(envelope)
+        self.claim(max(1, len(batch)), lease_ms, acknowledge=succeeded)
 
     def succeed(self, envelope: Envelope) -> None:
         deleted = self.run(self.store.acknowledge([envelope]))

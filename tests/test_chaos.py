@@ -1,5 +1,6 @@
 """The chaos run of benchmarks/chaos.py at CI size: nothing is lost through worker SIGKILLs,
-cut connections and a server SIGKILL with AOF on, with sync handlers on half the workers and
+cut connections and a server SIGKILL with AOF on, with a sync handler on one worker, a
+batch handler on another, and
 a recurring schedule that misses no tick, and rate-limit and serial-key types that keep their
 promises through it all; on one server, and on a 3-master cluster with the main type in 4
 partitions (a cut there closes a connection at a node, between two of its commands; the
@@ -28,7 +29,7 @@ CHAOS = REPO_ROOT / "benchmarks" / "chaos.py"
 
 EVENTS = 3000
 WINDOW = 8.0
-WORKERS = 2
+WORKERS = 3
 DURABLE_RATE = 30
 
 
@@ -46,8 +47,8 @@ DURABLE_RATE = 30
 def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     tmp_path: pathlib.Path, topology: list[str], server_binary: pathlib.Path
 ) -> None:
-    """3,000 events due over 8 s, 2 workers killed with SIGKILL every 1.5-3 s and restarted,
-    connections cut every 0.1-0.4 s, and the server (on a cluster one master) SIGKILLed and
+    """3,000 events due over 8 s, 3 workers (async, sync and batch handlers) killed with
+    SIGKILL every 1.5-3 s and restarted, connections cut every 0.1-0.4 s, and the server (on a cluster one master) SIGKILLed and
     restarted on its AOF halfway, or, with replicas (the cluster's, Sentinel's), failed over
     to its replica and back as a replica: every healthy event must reach a handler, every
     poisoned one the dead letters, and nothing may be invented or left pending; with
@@ -96,9 +97,11 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     assert report["dead_unhandled"] == 0
     assert report["late_after_kill"] == 0
     assert report["torn_lines"] == 0
-    # Half the workers ran the handler as a plain function in threads; every worker kept the
-    # recurring schedule, and no tick went missing through the kills, cuts and restart.
+    # One worker ran the handler as a plain function in threads, one as a batch handler;
+    # every worker kept the recurring schedule, and no tick went missing through the kills,
+    # cuts and restart.
     assert report["sync_workers"] == 1
+    assert report["batch_workers"] == 1
     assert report["tick_gaps"] == 0
     assert report["ticks_delivered"] >= WINDOW / 0.25 * 0.8
     # The faults happened, and the restart came while events were still flowing.

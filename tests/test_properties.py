@@ -3,7 +3,9 @@
 Hypothesis generates sequences of enqueue, replace, debounced replace (max_wait), cancel,
 reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
 payload's `n` is the key), dispatch, claim, success, failure, crash, lease renewal, a
-stopping worker's hand-back (of an attempt no handler began, and of one cut off),
+stopping worker's hand-back (of an attempt no handler began, and of one cut off), a batch
+handler's outcome for everything held at once (failures settled one by one, the successes
+acknowledged by the claim that takes the next batch, in one call),
 browsing (a walk through pending() whose pages interleave with the other operations, see
 tests/queue_model_walk.py), requeue, envelopes rewritten with the long keys an older
 release wrote, and the server losing its data (after which no dispatch may take anything
@@ -59,6 +61,8 @@ OPERATIONS = st.sampled_from(
     + ["failure"] * 2
     + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "legacy", "lose"]
     + ["hand-back", "cut-off"]
+    # A batch handler's outcome for all it holds, its successes riding its next claim.
+    + ["batch"] * 2
     # Twice, so that walks through pending() overlap often with the moves they must survive.
     + ["browse"] * 2
 )
@@ -106,7 +110,7 @@ SERIAL_STEPS = step_lists(
         + ["failure"] * 2
         + ["replace", "cancel", "reschedule", "serial", "crash", "browse", "requeue"]
         + ["undecodable", "replace-held", "cancel-held", "pause", "resume", "legacy", "lose"]
-        + ["hand-back", "cut-off"]
+        + ["hand-back", "cut-off", "batch"]
     ),
     st.sampled_from(["a", "b", "c", "d"]),
     st.integers(min_value=0, max_value=1).map(lambda n: f'{{"n":{n}}}'),

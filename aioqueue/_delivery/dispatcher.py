@@ -38,11 +38,12 @@ SMALLEST_CALL = 16
 
 
 class DispatchTarget(NamedTuple):
-    """A ready list to fill (one queue, or one partition of it), and the parallelism of the
-    local consumer taking from it."""
+    """A ready list to fill (one queue, or one partition of it), and how many events the
+    local consumer taking from it holds at most (its parallelism; times the batch size for
+    a batch handler)."""
 
     store: QueueStore
-    parallelism: int
+    in_hand: int
     settings_lost: Callable[[float], None] | None = None
     """Called with the time (monotonic) the dispatch was sent when it found the type's
     settings gone from the server (nothing is dispatched until they are recorded again and
@@ -230,7 +231,7 @@ class Dispatcher:
             if outcome.dispatched:
                 config.metrics.events_dispatched(store.event_type, outcome.dispatched)
                 self._pushed(store)
-            target_pause = self._pause_after(key, outcome, call.batch_size)
+            target_pause = self._pause_after(key, outcome, call)
             self._next_call[key] = answered_at + target_pause
             pause = min(pause, target_pause)
         return pause
@@ -238,19 +239,22 @@ class Dispatcher:
     def _call(self, target: DispatchTarget) -> DispatchCall:
         config = self._config
         return DispatchCall(
-            batch_size=self._call_size(target.parallelism),
+            batch_size=self._call_size(target.in_hand),
             lease_ms=config.lease_ms,
             max_attempts=config.retry_attempts,
-            ready_capacity=config.ready_capacity,
+            # Two calls' worth for a consumer that takes more at once than a batch (a batch
+            # handler): its claims then find a whole batch waiting.
+            ready_capacity=2 * max(config.scheduling_batch_size, target.in_hand),
             check_recorded=target.settings_lost is not None,
         )
 
-    def _call_size(self, parallelism: int) -> int:
-        """Most events one dispatch call moves to a ready list that a local consumer of this
-        parallelism takes from (see CLAIMS_PER_CALL)."""
+    def _call_size(self, in_hand: int) -> int:
+        """Most events one dispatch call moves to a ready list that a local consumer holding
+        up to `in_hand` events takes from (see CLAIMS_PER_CALL): at most a scheduling batch,
+        unless the consumer takes more at once (a batch handler's claim takes a batch)."""
         return min(
-            self._config.scheduling_batch_size,
-            max(SMALLEST_CALL, CLAIMS_PER_CALL * parallelism),
+            max(self._config.scheduling_batch_size, in_hand),
+            max(SMALLEST_CALL, CLAIMS_PER_CALL * in_hand),
         )
 
     def _set_type_aside(self, store: QueueStore, error: ResponseError) -> float:
@@ -262,12 +266,12 @@ class Dispatcher:
         )  # fmt: skip
         return delay
 
-    def _pause_after(self, key: str, result: DispatchResult, call_size: int) -> float:
+    def _pause_after(self, key: str, result: DispatchResult, call: DispatchCall) -> float:
         if result.taken >= result.limit:
             # As many as allowed: more may be due right now. Go on at once if the ready list
             # has room for another whole call; otherwise topping it up a few events at a
             # time would cost a script call per claim, so wait until it drains.
-            refill_at = self._config.ready_capacity - call_size
+            refill_at = call.ready_capacity - call.batch_size
             if result.ready_length <= refill_at:
                 return 0.0
             self._refill_at = max(refill_at, self._refill_at or 0)

@@ -24,7 +24,13 @@ from .handler_timeouts import HandlerTimeouts, TimeoutLane
 from .leases import Lease
 from .threaded_calls import NotStarted, ThreadedCalls, is_async_handler, overrun_text
 
-__all__ = ["Handler", "HandlerRunner", "NotStarted", "Succeeded"]
+__all__ = [
+    "Handler",
+    "HandlerRunner",
+    "NotStarted",
+    "Succeeded",
+    "settle_failure",
+]
 
 Handler = Callable[[Any], Awaitable[bool]] | Callable[[Any], bool]
 """An `async def` handler, or a plain function (run in a worker thread, see threaded_calls)."""
@@ -56,6 +62,9 @@ class _Call:
             due_at=died_at_from_ms(envelope.due_at),
             lateness=timedelta(seconds=lease.lateness(started)),
         )
+
+    def deliveries(self) -> list[Delivery]:
+        return [self.delivery()]
 
 
 @dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
@@ -221,7 +230,7 @@ class HandlerRunner:
                 result = await self._handler(event)  # type: ignore[misc]
             else:
                 lane.call = call  # no deadline: a thread cannot be cut off (threaded_calls)
-                threaded = await self._threaded.call(event, call.lease)
+                threaded = await self._threaded.call(event, (call.lease,))
                 if threaded.overran is not None:
                     self.timeouts.stop(lane)
                     return overrun_text(self.timeouts.timeout, attempt, threaded.overran)
@@ -268,23 +277,32 @@ class HandlerRunner:
         )
 
     async def _settle_failure(self, lease: Lease, error: str, *, bury: bool = False) -> Outcome:
-        envelope = lease.envelope
-        delay = self._config.retry_policy.delay(envelope.attempt)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT):
-            try:
-                result = await lease.store.fail(
-                    envelope,
-                    error,
-                    retry_delay_ms=max(0, round(delay * 1000)),
-                    max_attempts=self._config.retry_attempts,
-                    bury=bury,
-                )
-                return "dead" if result == "dead" else "failed"
-            except REDIS_ERRORS as exc:
-                logger.warning(
-                    "could not record the failure of %s %r; it comes back when its lease ends: %s",
-                    envelope.event_type,
-                    envelope.id,
-                    exc,
-                )
-        return "failed"
+        return await settle_failure(self._config, lease, error, bury=bury)
+
+
+async def settle_failure(
+    config: ServiceConfig, lease: Lease, error: str, *, bury: bool = False
+) -> Outcome:
+    """Records a failed attempt (fail.lua): a retry after the retry policy's delay, or the
+    dead letters after the last attempt, or at once with `bury`. Shielded, and bounded when
+    Redis does not answer (the attempt then comes back when its lease ends)."""
+    envelope = lease.envelope
+    delay = config.retry_policy.delay(envelope.attempt)
+    with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT):
+        try:
+            result = await lease.store.fail(
+                envelope,
+                error,
+                retry_delay_ms=max(0, round(delay * 1000)),
+                max_attempts=config.retry_attempts,
+                bury=bury,
+            )
+            return "dead" if result == "dead" else "failed"
+        except REDIS_ERRORS as exc:
+            logger.warning(
+                "could not record the failure of %s %r; it comes back when its lease ends: %s",
+                envelope.event_type,
+                envelope.id,
+                exc,
+            )
+    return "failed"

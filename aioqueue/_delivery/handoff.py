@@ -59,6 +59,17 @@ class Handoff(Generic[T]):
             self._schedule_check()
         return item
 
+    def take_up_to(self, most: int) -> list[T]:
+        """Takes up to `most` items that wait now, without waiting, stopping before a None
+        (which tells a worker to stop: it is left for the worker that gets it)."""
+        taken: list[T] = []
+        items = self._items
+        while items and len(taken) < most and items[0] is not None:
+            taken.append(items.popleft())
+        if items:
+            self._schedule_check()
+        return taken
+
     def take_all(self) -> list[T]:
         """Takes every item no worker has taken yet."""
         items = list(self._items)

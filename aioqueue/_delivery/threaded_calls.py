@@ -26,7 +26,7 @@ import functools
 import inspect
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,10 +89,11 @@ class ThreadedCalls:
         for scope in self._waiting:
             scope.cancel()
 
-    async def call(self, event: object, lease: Lease) -> ThreadedResult:
-        """Calls the handler in a thread with the caller's context (event_context, tracing,
-        the delivery), setting `lease.started` as the thread starts; raises what it raised,
-        or NotStarted. Once the thread runs, cancelling this waits for it."""
+    async def call(self, argument: object, leases: Sequence[Lease]) -> ThreadedResult:
+        """Calls the handler with `argument` (an event, or a batch's list) in a thread with
+        the caller's context (event_context, tracing, the delivery), setting `started` of
+        the call's `leases` as the thread starts; raises what it raised, or NotStarted. Once
+        the thread runs, cancelling this waits for it."""
         context = contextvars.copy_context()
         with anyio.CancelScope() as waiting:
             self._waiting.add(waiting)
@@ -105,7 +106,9 @@ class ThreadedCalls:
         if waiting.cancelled_caught:
             raise NotStarted
         try:
-            started = lease.started = time.monotonic()
+            started = time.monotonic()
+            for lease in leases:
+                lease.started = started
             outcome: ThreadedResult | None = None
             error: Exception | None = None
             # Shielded: the thread runs on whatever happens to this task, and its outcome is
@@ -113,10 +116,10 @@ class ThreadedCalls:
             # stops (which then waits for it, its lease renewed, see Consumer.cut_off).
             with anyio.CancelScope(shield=True):
                 async with anyio.create_task_group() as overrun_watch:
-                    overrun_watch.start_soon(self._warn_at_timeout, lease)
+                    overrun_watch.start_soon(self._warn_at_timeout, leases)
                     try:
                         value = await anyio.to_thread.run_sync(
-                            context.run, self._handler, event, limiter=self._unbounded
+                            context.run, self._handler, argument, limiter=self._unbounded
                         )
                         outcome = ThreadedResult(value)
                     # Caught inside the task group and raised after it: raised inside, the
@@ -135,18 +138,19 @@ class ThreadedCalls:
             outcome.overran = elapsed
         return outcome
 
-    async def _warn_at_timeout(self, lease: Lease) -> None:
+    async def _warn_at_timeout(self, leases: Sequence[Lease]) -> None:
         await anyio.sleep(self._timeout)
-        envelope = lease.envelope
+        envelope = leases[0].envelope
         logger.warning(
-            "sync handler %s has run %g s on %s %r (attempt %d), past the handler timeout: a "
-            "thread cannot be stopped, so the attempt counts as failed when it returns, and "
+            "sync handler %s has run %g s on %s %r (attempt %d)%s, past the handler timeout: "
+            "a thread cannot be stopped, so the attempt counts as failed when it returns, and "
             "its slot stays taken and the event leased until then",
             self._handler_name,
             self._timeout,
             envelope.event_type,
             envelope.id,
             envelope.attempt,
+            f" and {len(leases) - 1} more of its batch" if len(leases) > 1 else "",
         )
 
 

@@ -111,11 +111,6 @@ class ServiceConfig:
         """The lease in whole milliseconds, as the scripts take it."""
         return math.ceil(self.lease * 1000)
 
-    @property
-    def ready_capacity(self) -> int:
-        """Most envelopes a ready list holds; two batches keep consumers busy between ticks."""
-        return 2 * self.scheduling_batch_size
-
 
 @dataclass(frozen=True)
 class ProducerConfig:

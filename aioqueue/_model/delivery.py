@@ -9,7 +9,13 @@ from typing import Protocol
 
 from .errors import OutsideHandlerError
 
-__all__ = ["Delivery", "DeliverySource", "current_delivery", "delivery_under_way"]
+__all__ = [
+    "Delivery",
+    "DeliverySource",
+    "current_deliveries",
+    "current_delivery",
+    "delivery_under_way",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +46,13 @@ class DeliverySource(Protocol):
     Delivery (two datetimes among its fields) costs more to build than most handlers take,
     and most never ask for it."""
 
-    def delivery(self) -> Delivery: ...
+    def delivery(self) -> Delivery:
+        """The delivery of a handler of one event; raises OutsideHandlerError in a batch."""
+        ...
+
+    def deliveries(self) -> list[Delivery]:
+        """Every delivery the call handles, in the order of its events."""
+        ...
 
 
 delivery_under_way: ContextVar[DeliverySource] = ContextVar("aioqueue_delivery")
@@ -64,3 +76,17 @@ def current_delivery() -> Delivery:
             "in code it calls); no delivery is under way here"
         ) from None
     return source.delivery()
+
+
+def current_deliveries() -> list[Delivery]:
+    """The deliveries the calling handler is handling: in a batch handler one per event, in
+    the order of the list it was given; in a handler of one event, that one. Elsewhere it
+    raises OutsideHandlerError."""
+    try:
+        source = delivery_under_way.get()
+    except LookupError:
+        raise OutsideHandlerError(
+            "current_deliveries() is only available while a handler runs (in the handler, "
+            "or in code it calls); no delivery is under way here"
+        ) from None
+    return source.deliveries()

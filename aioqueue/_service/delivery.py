@@ -18,6 +18,7 @@ from aioqueue._delivery.heartbeat import Heartbeat
 from aioqueue._delivery.leases import Leases
 from aioqueue._delivery.wake_ups import WakeUps
 from aioqueue._delivery.watchdog import LoopWatchdog, handler_code
+from aioqueue._model.batches import BatchHandler, Batching
 from aioqueue._model.errors import HandlerRegistrationError
 from aioqueue._model.event import Event, event_type_name, serial_key_of
 from aioqueue._version import __version__
@@ -53,7 +54,14 @@ class Delivery:
 
     # -- handlers ----------------------------------------------------------------------------
 
-    def add(self, event_class: type[Event], handler: Handler, parallelism: int) -> None:
+    def add(
+        self,
+        event_class: type[Event],
+        handler: Handler | BatchHandler,
+        parallelism: int,
+        batching: Batching | None = None,
+    ) -> None:
+        """Registers a handler of one event, or with `batching` a batch handler."""
         self._runtime.ensure_open()
         event_type = event_type_name(event_class)
         serial_key_of(event_class)  # a __serial_key__ naming no field fails here
@@ -70,7 +78,7 @@ class Delivery:
                 f"a handler for event type {event_type!r} ({registered.__qualname__}) is already "
                 "registered; remove_handler() it first"
             )
-        registration = Registration(event_class, event_type, handler, parallelism)
+        registration = Registration(event_class, event_type, handler, parallelism, batching)
         self._registrations[event_type] = registration
         if self._runtime.running:
             self._start_consumer(registration)
@@ -185,7 +193,7 @@ class Delivery:
         return [
             (
                 event_type,
-                registration.parallelism,
+                registration.in_hand,
                 self._leases.held_in(queues.queue(event_type).stores),
             )
             for event_type, registration in self._registrations.items()
@@ -199,6 +207,7 @@ class Delivery:
             event_class=registration.event_class,
             handler=registration.handler,
             parallelism=registration.parallelism,
+            batching=registration.batching,
             config=runtime.config,
             leases=self._leases,
             ready_event=self._wake_ups.ready_event,
@@ -251,7 +260,7 @@ class Delivery:
         for event_type, registration in self._registrations.items():
             settings_lost = functools.partial(self._recording.settings_lost, registration)
             for store in self._runtime.queues.queue(event_type).stores:
-                yield DispatchTarget(store, registration.parallelism, settings_lost)
+                yield DispatchTarget(store, registration.in_hand, settings_lost)
 
 
 def _check_handler(event_class: type[Event], handler: object) -> None:

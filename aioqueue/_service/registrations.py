@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from aioqueue._delivery.consumer import Consumer
 from aioqueue._delivery.handler_runner import Handler
+from aioqueue._model.batches import BatchHandler, Batching
 from aioqueue._model.errors import PartitionCountMismatchError
 from aioqueue._model.event import Event
 from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
@@ -28,13 +29,20 @@ class Registration:
 
     event_class: type[Event]
     event_type: str
-    handler: Handler
+    handler: Handler | BatchHandler
     parallelism: int
+    batching: Batching | None = None
+    """How its events are grouped, for a batch handler; None for a handler of one event."""
     consumer: Consumer | None = None
     recording: bool = False
     """The type's settings are being recorded (see Recording.record)."""
     recorded_at: float | None = None
     """When (monotonic) they were last recorded, None before the first time."""
+
+    @property
+    def in_hand(self) -> int:
+        """The most events its consumer holds: its parallelism, times a batch's size."""
+        return self.parallelism * (self.batching.max_size if self.batching else 1)
 
 
 class Recording:

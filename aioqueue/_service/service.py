@@ -13,6 +13,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+from aioqueue._model.batches import Batching, BatchOutcome
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.durations import Duration
 from aioqueue._model.errors import HandlerRegistrationError
@@ -240,6 +241,32 @@ class EventService:
             )
         self.add_handler(chosen, function, parallelism=parallelism)
         return function
+
+    def add_batch_handler(
+        self,
+        event_class: type[E],
+        handler: Callable[[list[E]], Awaitable[BatchOutcome]] | Callable[[list[E]], BatchOutcome],
+        *,
+        max_size: int = 100,
+        max_wait: Duration = 1.0,
+        parallelism: int = 1,
+    ) -> None:
+        """Registers a batch handler for `event_class`: it is called with a list of up to
+        `max_size` events of the type (1 to 10,000), as soon as that many are in hand or
+        `max_wait` (timedelta or seconds) after the first of them arrived, at most
+        `parallelism` calls at a time.
+
+        It returns True (every event finished), False or raises (every event tried again,
+        each with its own backoff, then dead-lettered on its own), or a mapping of event id
+        -> True or False, per event: an event left out of the mapping is tried again. Each
+        event's attempt, lease, serial key, rate limit permit, tracing span and metrics are
+        its own, as with `add_handler`; the handler timeout covers the whole call, and
+        `current_deliveries()` describes the batch. An `async def` runs on the event loop,
+        a plain function in a worker thread.
+        """
+        self._delivery.add(
+            event_class, handler, parallelism, batching=Batching.of(max_size, max_wait)
+        )
 
     def remove_handler(self, event_class: type[Event]) -> bool:
         """Stops delivering `event_class` here; running handlers finish. False if none was set."""

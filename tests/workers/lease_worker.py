@@ -4,7 +4,8 @@ leases (tests/test_leases.py), which kill or stop the process while it holds the
 Each handler prints "started <id> <attempt>" and then works HANDLER_SECONDS (async, or in a
 thread with SYNC=1), so a test sees what the process holds. PARALLELISM, THREADS (the
 service's handler threads), HANDLER_TIMEOUT, LEASE and SHUTDOWN_GRACE (seconds) set the
-service; anything not set keeps the library's default.
+service; anything not set keeps the library's default. With BATCH=N the handler is a batch
+handler of up to N events (max_wait 0.1 s), which prints a line per event of its batch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 
 import anyio
 
-from aioqueue import EventService, FixedDelays, current_delivery
+from aioqueue import EventService, FixedDelays, current_deliveries, current_delivery
 from tests.support import PaymentCheck
 
 
@@ -41,6 +42,13 @@ def hold_in_thread(event: PaymentCheck) -> bool:
     return True
 
 
+async def hold_batch(batch: list[PaymentCheck]) -> bool:
+    for delivery in current_deliveries():
+        say(f"started {delivery.id} {delivery.attempt}")
+    await anyio.sleep(seconds("HANDLER_SECONDS"))
+    return True
+
+
 def create_service(url: str) -> EventService:
     builder = (
         EventService.builder()
@@ -57,5 +65,11 @@ def create_service(url: str) -> EventService:
         builder = builder.handler_threads(int(os.environ["THREADS"]))
     service = builder.build()
     handler = hold_in_thread if os.environ.get("SYNC") == "1" else hold
-    service.add_handler(PaymentCheck, handler, parallelism=int(os.environ.get("PARALLELISM", "1")))
+    parallelism = int(os.environ.get("PARALLELISM", "1"))
+    if "BATCH" in os.environ:
+        service.add_batch_handler(
+            PaymentCheck, hold_batch, max_size=int(os.environ["BATCH"]), max_wait=0.1
+        )
+        return service
+    service.add_handler(PaymentCheck, handler, parallelism=parallelism)
     return service

@@ -1,0 +1,235 @@
+"""The takers of a consumer: one per partition of its type, each claiming events for the
+handler slots that are free and handing them to the consumer's workers, and the way the
+workers' successes are acknowledged (riding the next claim, or on their own).
+
+At full speed one script call per claim settles the last successes and fetches the next
+events: a worker whose handler succeeded hands the event, with its slot, back to its
+partition's taker, and the taker's next claim acknowledges it in the same call that takes
+the next events, so the slot changes hands atomically inside Redis. A taker that is about to
+wait (an empty ready list, a full rate window, a paused type) acknowledges what it carries
+on its own first, so that no success waits for a claim that may be far off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from aioqueue._model.config import ServiceConfig
+from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._wire.envelope import Envelope, EnvelopeError
+from aioqueue._wire.store import Claimed, QueueStore
+
+from .acknowledger import Acknowledger
+from .handler_runner import Succeeded
+from .handoff import Handoff
+from .leases import Lease, Leases
+from .slots import SlotPool, SlotRequest
+
+__all__ = ["Claim", "Partition", "Takers"]
+
+
+@dataclass(eq=False)
+class Partition:
+    """One partition's keys, and the successes waiting to be acknowledged there."""
+
+    store: QueueStore
+    acknowledger: Acknowledger
+    ready: asyncio.Event
+    """Set when the ready list may hold deliveries (wake_ups.py): cleared before each claim,
+    waited on when a claim found nothing."""
+    carries_acknowledgements: bool = False
+    """True while the partition's taker is about to claim: successes then ride that claim.
+    False while it waits inside Redis or has stopped: successes are then acknowledged on
+    their own, so that none waits for a claim that may be a polling timeout away."""
+    succeeded: list[Succeeded] = field(default_factory=list)
+    """Successes handed to the taker, each still holding its handler slot."""
+    waiting: SlotRequest | None = None
+    """The taker's pending request for slots; handing it a success wakes it too."""
+    idle: bool = False
+    """The taker found the ready list empty and waits for a wake-up."""
+    ready_left: int | None = None
+    """Deliveries its ready list held after the taker's last claim (None before the first)."""
+
+
+@dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
+class Claim:
+    """A claimed attempt on its way to a worker, with the partition it came from."""
+
+    partition: Partition
+    lease: Lease
+
+
+class Takers:
+    """Claims a consumer's events for its free slots, partition by partition, and settles
+    the successes its workers hand back."""
+
+    def __init__(
+        self,
+        *,
+        slots: SlotPool,
+        most_per_claim: int,
+        leases: Leases,
+        config: ServiceConfig,
+        acknowledged: Callable[[Succeeded], None],
+        on_claiming: Callable[[int], None],
+    ) -> None:
+        """`most_per_claim`: the most slots one claim asks for (all of them). `acknowledged`
+        is told of each success once it is acknowledged (or acknowledging it failed)."""
+        self._slots = slots
+        self._most_per_claim = most_per_claim
+        self._leases = leases
+        self._config = config
+        self._acknowledged = acknowledged
+        self._on_claiming = on_claiming
+
+    async def hand_back(self, partition: Partition, succeeded: Sequence[Succeeded]) -> None:
+        """A worker's successes, each with its slot: to ride the partition's next claim,
+        or acknowledged now when its taker waits or has stopped."""
+        if partition.carries_acknowledgements:
+            partition.succeeded.extend(succeeded)
+            if partition.waiting is not None:
+                partition.waiting.wakeup.set()
+        else:
+            await self.acknowledge_apart(partition, list(succeeded))
+
+    async def acknowledge_apart(self, partition: Partition, succeeded: list[Succeeded]) -> None:
+        """Acknowledges without a claim, then frees the successes' slots."""
+        if not succeeded:
+            return
+        # Shielded like every settlement: a handler that finished is not delivered again just
+        # because the service was closing (the acknowledger bounds the wait).
+        with anyio.CancelScope(shield=True):
+            if len(succeeded) == 1:  # concurrent single successes share a call
+                await partition.acknowledger.acknowledge(succeeded[0].envelope)
+            else:
+                await partition.acknowledger.acknowledge_all([s.envelope for s in succeeded])
+        for success in succeeded:
+            self._leases.end(success.lease)
+            self._acknowledged(success)
+        self._slots.release(len(succeeded))
+
+    async def take(self, partition: Partition, claims: Handoff[Claim | None]) -> None:
+        """Claims the partition's events for free slots and hands them to the workers,
+        until cancelled (the consumer stops taking)."""
+        store = partition.store
+        errors = ErrorBackoff(f"taking {store.event_type} events")
+        partition.carries_acknowledgements = True
+        try:
+            while True:
+                granted = await self._wait_for_slots(partition)
+                succeeded, partition.succeeded = partition.succeeded, []
+                # The successes' slots pass to the events this claim takes, unless other
+                # partitions wait for slots: then they go back to the pool after the claim
+                # (acknowledged first), and those partitions have their turn.
+                count = granted if self._slots.contended else granted + len(succeeded)
+                # Cleared before the claim: a wake-up that comes while it is on its way
+                # stands, and the wait after an empty claim returns at once.
+                partition.ready.clear()
+                if partition.ready_left is not None:
+                    # Called before the claim, whose script call is normally written before
+                    # this task lets another run: a top-up of the list then goes out behind
+                    # the claim, while this process waits for the claim anyway, not while
+                    # the handlers of the events it brings run.
+                    self._on_claiming(partition.ready_left - count)
+                try:
+                    claimed = await self._claim(partition, count, succeeded)
+                except REDIS_ERRORS as exc:
+                    self._slots.release(granted)
+                    await self.acknowledge_apart(partition, succeeded)
+                    await errors.sleep_after(exc)
+                    continue
+                errors.reset()
+                for success in succeeded:
+                    self._leases.end(success.lease)
+                    self._acknowledged(success)
+                held = self._hold(store, claimed)
+                self._slots.release(granted + len(succeeded) - len(held))
+                partition.ready_left = claimed.ready_left
+                for lease in held:
+                    claims.put(Claim(partition, lease))
+                if claimed.limited_until_ms is not None and not partition.succeeded:
+                    # The rate window is full: nothing can be handed out before it moves on.
+                    wait = (claimed.limited_until_ms - claimed.server_now_ms + 1) / 1000
+                    await self._wait_apart(partition, max(0.001, wait))
+                elif claimed.paused and claimed.ready_left and not partition.succeeded:
+                    await self._wait_apart(partition, self._config.polling_timeout)
+                elif count and not claimed.envelopes and not partition.succeeded:
+                    # Paused or not: an empty ready list fills only once dispatch (resumed)
+                    # pushes to it, and that ends this wait at once.
+                    await self._wait_for_ready(partition)
+        finally:
+            partition.carries_acknowledgements = False
+            succeeded, partition.succeeded = partition.succeeded, []
+            await self.acknowledge_apart(partition, succeeded)
+
+    def _hold(self, store: QueueStore, claimed: Claimed) -> list[Lease]:
+        """The claimed attempts, each held (renewed) from now on."""
+        held = []
+        for raw in claimed.envelopes:
+            try:
+                envelope = Envelope.parse(raw, event_type=store.event_type)
+            except EnvelopeError as exc:
+                # dispatch.lua buries envelopes this would refuse, so only a disagreement
+                # between its checks and Envelope.parse lands here; unsettled, it comes back
+                # when its lease ends, until it is buried as lost.
+                logger.error("%s: unusable envelope %r: %s", store.event_type, raw, exc)
+                continue
+            held.append(self._leases.hold(store, envelope, claimed.server_now_ms))
+        return held
+
+    async def _claim(self, partition: Partition, count: int, succeeded: list[Succeeded]) -> Claimed:
+        # Shielded: a claim that returned must reach a handler. Cancelling it halfway would
+        # leave its events leased and late by a lease. (The script call has a
+        # deadline of its own, so a dead server cannot hold it forever.)
+        with anyio.CancelScope(shield=True):
+            claimed = await partition.store.claim(
+                count,
+                lease_ms=self._config.lease_ms,
+                acknowledge=[success.envelope for success in succeeded],
+            )
+        return claimed
+
+    async def _wait_for_slots(self, partition: Partition) -> int:
+        """Waits until slots are free or successes are waiting to be carried; returns the
+        slots granted (possibly none)."""
+        request = self._slots.request(self._most_per_claim)
+        if request.granted == 0 and not partition.succeeded:
+            partition.waiting = request
+            try:
+                await request.wakeup.wait()
+            except BaseException:
+                self._slots.release(self._slots.withdraw(request))
+                raise
+            finally:
+                partition.waiting = None
+        return self._slots.withdraw(request)
+
+    async def _wait_apart(self, partition: Partition, seconds: float) -> None:
+        """Waits `seconds` before claiming again, acknowledging successes on their own
+        meanwhile: while the rate limit's window is full, or while a paused type's ready list
+        holds deliveries anyway (pushed by a service that knows no pause), which a wait on
+        the list would return for at once, again and again."""
+        partition.carries_acknowledgements = False
+        try:
+            succeeded, partition.succeeded = partition.succeeded, []
+            await self.acknowledge_apart(partition, succeeded)
+            await anyio.sleep(seconds)
+        finally:
+            partition.carries_acknowledgements = True
+
+    async def _wait_for_ready(self, partition: Partition) -> None:
+        """Waits until the partition's ready list may hold deliveries (its event, set by a
+        wake-up); successes meanwhile are acknowledged on their own."""
+        partition.carries_acknowledgements = False
+        try:
+            succeeded, partition.succeeded = partition.succeeded, []
+            await self.acknowledge_apart(partition, succeeded)
+            partition.idle = True
+            await partition.ready.wait()
+        finally:
+            partition.idle = False
+            partition.carries_acknowledgements = True
