@@ -48,11 +48,12 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     tmp_path: pathlib.Path, topology: list[str], server_binary: pathlib.Path
 ) -> None:
     """3,000 events due over 8 s, 3 workers (async, sync and batch handlers) killed with
-    SIGKILL every 1.5-3 s and restarted, connections cut every 0.1-0.4 s, and the server (on a cluster one master) SIGKILLed and
-    restarted on its AOF halfway, or, with replicas (the cluster's, Sentinel's), failed over
-    to its replica and back as a replica: every healthy event must reach a handler, every
-    poisoned one the dead letters, and nothing may be invented or left pending; with
-    replicas, every durable enqueue that returned must be delivered too."""
+    SIGKILL every 1.5-3 s and restarted, connections cut every 0.1-0.4 s, and the server (on
+    a cluster one master) SIGKILLed and restarted on its AOF halfway, or, with replicas (the
+    cluster's, Sentinel's), failed over to its replica and back as a replica: every healthy
+    event must reach a handler, every poisoned one the dead letters, and nothing may be
+    invented or left pending; with replicas, every durable enqueue that returned must be
+    delivered too."""
     report_path = tmp_path / "chaos.json"
     result = subprocess.run(
         [
