@@ -12,7 +12,7 @@ import inspect
 from aioqueue._model.errors import HandlerRegistrationError
 from aioqueue._model.event import Event
 
-__all__ = ["annotated_event_class"]
+__all__ = ["annotated_event_class", "handled_event_class"]
 
 
 def annotated_event_class(handler: object) -> type[Event] | None:
@@ -37,6 +37,18 @@ def annotated_event_class(handler: object) -> type[Event] | None:
     if isinstance(annotation, type) and issubclass(annotation, Event):
         return annotation
     return None
+
+
+def handled_event_class(handler: object) -> type[Event]:
+    """The event class a handler decorated without one takes, from its annotation; raises
+    HandlerRegistrationError when the annotation does not say."""
+    event_class = annotated_event_class(handler)
+    if event_class is None:
+        raise HandlerRegistrationError(
+            f"cannot tell which events {_name_of(handler)!r} takes: annotate its first "
+            "parameter with the event class, or name the class (@service.handler(PaymentCheck))"
+        )
+    return event_class
 
 
 def _positional_parameters(

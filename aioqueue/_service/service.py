@@ -16,7 +16,6 @@ from typing import Any, TypeVar, overload
 from aioqueue._model.batches import Batching, BatchOutcome
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.durations import Duration
-from aioqueue._model.errors import HandlerRegistrationError
 from aioqueue._model.event import Event
 from aioqueue._model.health import HealthReport
 from aioqueue._model.workers import Worker
@@ -29,7 +28,7 @@ from aioqueue._wire.envelope import DeadLetter
 from .administration import Administration
 from .builder import EventServiceBuilder
 from .delivery import Delivery
-from .handler_signature import annotated_event_class
+from .handler_signature import handled_event_class
 from .health import Health
 from .producing import Producing
 from .runtime import Runtime, ServiceState
@@ -232,13 +231,7 @@ class EventService:
     def _register_annotated(
         self, event_class: type[Event] | None, function: F, parallelism: int
     ) -> F:
-        chosen = event_class if event_class is not None else annotated_event_class(function)
-        if chosen is None:
-            raise HandlerRegistrationError(
-                f"cannot tell which events {getattr(function, '__qualname__', function)!r} "
-                "takes: annotate its first parameter with the event class, or name the class "
-                "(@service.handler(PaymentCheck))"
-            )
+        chosen = event_class or handled_event_class(function)
         self.add_handler(chosen, function, parallelism=parallelism)
         return function
 
