@@ -128,6 +128,13 @@ def plan(
     sync_handler = Row(
         "aioqueue, sync (def) handler", "aioqueue", "system_aioqueue.py", ours, "sync_handler"
     )
+    batch = Row(
+        "aioqueue, batch handler (500, 10 ms)", "aioqueue", "system_aioqueue.py", ours, "batch"
+    )
+    sync_batch = Row(
+        "aioqueue, sync (def) batch handler (500, 10 ms)", "aioqueue", "system_aioqueue.py",
+        ours, "sync_batch",
+    )  # fmt: skip
     rate_limited = Row(
         "aioqueue, rate limit far above the drain", "aioqueue", "system_aioqueue.py", ours,
         "rate_limited",
@@ -229,6 +236,8 @@ def plan(
             *uvloop_rows,
             realistic,
             sync_handler,
+            batch,
+            sync_batch,
             rate_limited,
             serial_keys,
             arq,
@@ -237,7 +246,16 @@ def plan(
             *peers,
             *new_peers_both,
         ],
-        "lateness": [aioqueue, *uvloop_rows, arq, arq_spinning, saq, *peers, *new_peers_both],
+        "lateness": [
+            aioqueue,
+            *uvloop_rows,
+            batch,
+            arq,
+            arq_spinning,
+            saq,
+            *peers,
+            *new_peers_both,
+        ],
         "memory": [aioqueue, arq, saq, *peers, *new_peers],
         "ceiling": [
             Row("redis-py (aioqueue's venv)", "redis-py", "ceiling.py", ours),

@@ -1,4 +1,4 @@
-"""Issue 3's and issue 27's targets for aioqueue, checked against the summary, and their
+"""Issue 3's, 27's and 43's targets for aioqueue, checked against the summary, and their
 lines after the table."""
 
 from __future__ import annotations
@@ -24,11 +24,20 @@ BULLMQ_NODE = "BullMQ on Node"
 ENQUEUE_VS_NODE_FACTOR = 2.0
 ENQUEUE_MANY_RATE = 150_000.0
 DRAIN_RATE = 40_000.0
-DRAIN_VS_FASTEST_PEER = 15.0
+# Issue 27 asked 15x; issue 43 withdrew it as out of reach (a peer's drain is bounded by
+# its own design, aioqueue's by one Redis core) and judges the drain against 2x instead.
+DRAIN_VS_FASTEST_PEER = 2.0
 LATENESS_P99_MS_27 = 5.0
 # Bytes per pending event when issue 27 was filed: not to grow.
 BYTES_PER_EVENT = 245.0
 CLUSTER_ENQUEUE_FRACTION = 0.8
+# Issue 43: a partitioned type's enqueue against 70 % of an unpartitioned one's on the same
+# cluster (was: at least as fast), since a script call cannot reach keys of several slots.
+PARTITIONED_ENQUEUE_FRACTION = 0.7
+# What issue 43 asks of aioqueue's batch handlers; see check_issue_43_targets().
+BATCH_ROW = "aioqueue, batch handler (500, 10 ms)"
+BATCH_DRAIN_RATE = 100_000.0
+BATCH_WAIT_MS = 10.0
 CLUSTER_LATENESS_FACTOR = 2.0
 SINGLE_SERVER = "aioqueue, single server"
 CLUSTER = "aioqueue, 3-master cluster"
@@ -127,6 +136,7 @@ def check_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[JsonDict]:
     return [
         *({"issue": 3, **check} for check in check_issue_3_targets(summary)),
         *({"issue": 27, **check} for check in check_issue_27_targets(summary, runs)),
+        *({"issue": 43, **check} for check in check_issue_43_targets(summary)),
     ]
 
 
@@ -296,12 +306,13 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
         ),
         _against_row(
             summary,
-            "cluster enqueue/s with partitions(Tick, 8) >= without",
+            f"cluster enqueue/s with partitions(Tick, 8) >= {PARTITIONED_ENQUEUE_FRACTION:.0%} "
+            "of without",
             "cluster",
             "enqueue_per_s",
             CLUSTER_PARTITIONED,
             CLUSTER,
-            1.0,
+            PARTITIONED_ENQUEUE_FRACTION,
             at_most=False,
         ),
         _against_row(
@@ -324,6 +335,31 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             SINGLE_SERVER,
             CLUSTER_LATENESS_FACTOR,
             at_most=True,
+        ),
+    ]
+
+
+def check_issue_43_targets(summary: Summary) -> list[JsonDict]:
+    """Issue 43's targets for batch handlers (the single-event ones are issue 27's, with
+    the drain judged against 2x the fastest peer)."""
+    return [
+        _absolute(
+            summary,
+            f"batch handler drain: >= {BATCH_DRAIN_RATE:,.0f} events/s",
+            "drain",
+            "events_per_s",
+            BATCH_DRAIN_RATE,
+            at_most=False,
+            label=BATCH_ROW,
+        ),
+        _absolute(
+            summary,
+            f"batch handler lateness p99 <= max_wait + 5 = {BATCH_WAIT_MS + 5:g} ms",
+            "lateness",
+            "p99_ms",
+            BATCH_WAIT_MS + 5,
+            at_most=True,
+            label=BATCH_ROW,
         ),
     ]
 
