@@ -7,6 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -61,6 +62,7 @@ class _Call:
             max_attempts=self.max_attempts,
             due_at=died_at_from_ms(envelope.due_at),
             lateness=timedelta(seconds=lease.lateness(started)),
+            context=MappingProxyType(envelope.context),
         )
 
     def deliveries(self) -> list[Delivery]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,6 +35,9 @@ class Delivery:
     end of its backoff; an attempt given back by a stopping worker keeps its original one."""
     lateness: timedelta
     """How long after `due_at` the handler started."""
+    context: Mapping[str, str]
+    """The context given at enqueue time (what `event_context` holds in a handler of one
+    event; in a batch handler, each event's own is here)."""
 
     @property
     def is_last_attempt(self) -> bool:
