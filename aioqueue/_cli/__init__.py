@@ -39,6 +39,7 @@ from aioqueue._cli._serve_cmd import add_serve_command
 from aioqueue._cli._stats_cmd import add_stats_command
 from aioqueue._cli._worker_cmd import add_worker_command
 from aioqueue._cli._workers_cmd import add_workers_commands
+from aioqueue._model.errors import AioqueueError
 
 __all__ = ["build_parser", "main"]
 
@@ -138,7 +139,8 @@ def _reported_error(error: BaseException) -> BaseException | None:
 
 
 def _describe(error: BaseException, url: str | None) -> str:
-    if isinstance(error, CommandError):
+    # The library's own errors name what they are about (RedisUnavailableError the server).
+    if isinstance(error, (CommandError, AioqueueError)):
         return str(error)
     if isinstance(error, CONNECTION_ERRORS):
         return f"cannot reach {display_url(url) if url else 'the server'}: {error}"

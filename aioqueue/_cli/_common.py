@@ -11,7 +11,6 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TextIO, TypeAlias, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import orjson
@@ -22,6 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from aioqueue._admin.stats import resolve_layouts
 from aioqueue._transport.client import RedisClient, client_from_url
+from aioqueue._transport.reaching import display_url
 from aioqueue._wire.keys import QueueLayout, validate_prefix
 from aioqueue._wire.registry import resolve_layout
 
@@ -145,16 +145,6 @@ def resolve_connection_options(args: argparse.Namespace, parser: argparse.Argume
             args.prefix = validate_prefix(os.environ.get("AIOQUEUE_PREFIX") or DEFAULT_PREFIX)
         except ValueError as exc:
             parser.error(f"AIOQUEUE_PREFIX: {exc}")
-
-
-def display_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = f"{parts.username}:" if parts.username else ":"
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}***@{host}"))
 
 
 async def check_reachable(url: str) -> None:
