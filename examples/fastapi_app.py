@@ -52,7 +52,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         async with service:
             service.add_handler(PaymentReminder, send_reminder, parallelism=8)
-            # One read at start-up, so an unreachable server fails the start, not a request.
+            # Dead letters an earlier run left are worth a line at start-up.
             dead = await service.dead_letters(PaymentReminder, limit=100)
             if dead:
                 logger.warning(
@@ -60,7 +60,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 )
             yield
     except redis.exceptions.ConnectionError as exc:
-        # Errors leave `async with service:` as raised, so this catches the block's own error.
+        # Entering the service raises RedisUnavailableError, a ConnectionError, when Redis
+        # cannot be reached; the block's own errors leave `async with service:` as raised.
         raise RuntimeError(f"cannot start: Redis at {URL} is unreachable ({exc})") from exc
 
 

@@ -17,6 +17,7 @@ import httpx
 import orjson
 import redis.asyncio as redis
 
+from aioqueue._transport.client import RedisClient
 from aioqueue.testing import free_port
 from tests.support import queue_key
 
@@ -113,6 +114,12 @@ def wait_for_http(url: str, process: subprocess.Popen[Any], within: float = 20.0
             raise TimeoutError(f"{url} did not answer within {within} s")
         # A starting process offers nothing to wait on.
         time.sleep(0.05)
+
+
+async def declare(client: RedisClient, *event_types: str, prefix: str = "aioqueue") -> None:
+    """Records the types in the prefix's registry, unpartitioned, as a deployed service or
+    producer of each would have: the CLI and the HTTP API refuse types nobody declared."""
+    await client.hset(f"{prefix}:types", mapping=dict.fromkeys(event_types, 1))
 
 
 async def stored_envelope(client: redis.Redis, event_type: str, event_id: str) -> dict[str, Any]:

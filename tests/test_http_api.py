@@ -16,7 +16,7 @@ import redis.asyncio as redis
 from aioqueue import Event, EventServiceBuilder, event_context
 from aioqueue._admin.stats import read_stats
 from aioqueue.testing import EmbeddedServer
-from tests.ops_support import ServedApp, api_client, serve, stored_envelope
+from tests.ops_support import ServedApp, api_client, declare, serve, stored_envelope
 from tests.support import queue_key, wait_until
 
 TOKEN = "s3cret-token"
@@ -40,6 +40,7 @@ def app(redis_server: EmbeddedServer) -> Iterator[ServedApp]:
 
 @pytest.fixture
 async def http(app: ServedApp, redis_client: redis.Redis) -> AsyncIterator[httpx.AsyncClient]:
+    await declare(redis_client, "Invoice")
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with api_client(app.base_url, headers=headers) as client:
         yield client

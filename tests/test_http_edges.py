@@ -18,7 +18,7 @@ import redis.asyncio as redis
 from aioqueue import Event, EventServiceBuilder
 from aioqueue.http import create_app
 from aioqueue.testing import EmbeddedServer, free_port
-from tests.ops_support import ServedApp, api_client, run_cli, serve
+from tests.ops_support import ServedApp, api_client, declare, run_cli, serve
 from tests.support import queue_key, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
@@ -38,6 +38,7 @@ def app(redis_server: EmbeddedServer) -> Iterator[ServedApp]:
 
 @pytest.fixture
 async def http(app: ServedApp, redis_client: redis.Redis) -> AsyncIterator[httpx.AsyncClient]:
+    await declare(redis_client, "Parcel")
     async with api_client(app.base_url) as client:
         yield client
 
@@ -232,6 +233,9 @@ async def test_every_route_answers_json_503_while_redis_is_down_and_recovers(
     server_factory: Callable[..., EmbeddedServer],
 ) -> None:
     server = server_factory()
+    declaring = redis.Redis.from_url(server.url)
+    await declare(declaring, "Parcel")
+    await declaring.aclose()
     with serve(server.url) as served:
         async with api_client(served.base_url, timeout=30) as client:
             assert {path: status for path, (status, _, _) in (await answers(client)).items()} == {

@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as redis
 
 from aioqueue.testing import EmbeddedServer
-from tests.ops_support import ROOT, ServedApp, serve
+from tests.ops_support import ROOT, ServedApp, declare, serve
 from tests.support import queue_key
 
 pytestmark = pytest.mark.backends("standalone")
@@ -29,6 +29,7 @@ def app(redis_server: EmbeddedServer) -> Iterator[ServedApp]:
 
 @pytest.fixture
 async def http(app: ServedApp, redis_client: redis.Redis) -> AsyncIterator[httpx.AsyncClient]:
+    await declare(redis_client, "Parcel")
     async with httpx.AsyncClient(base_url=app.base_url) as client:
         yield client
 

@@ -15,7 +15,7 @@ from aioqueue._model.rate_limit import RateLimit
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.rate_limits import read_rate_limit
-from tests.ops_support import run_cli
+from tests.ops_support import declare, run_cli
 from tests.support import EVERY_TOPOLOGY, PaymentCheck, Recorder, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
@@ -115,12 +115,21 @@ async def test_the_cli_shows_sets_and_clears_a_limit_and_stats_show_it(
     redis_url: str, redis_client: RedisClient
 ) -> None:
     env = {"AIOQUEUE_URL": redis_url}
+    await declare(redis_client, "PaymentCheck")
     assert (await run_cli("rate-limit", "PaymentCheck", env=env)).stdout.strip() == (
         "PaymentCheck: no rate limit"
     )
     set_ = await run_cli("rate-limit", "PaymentCheck", "100", "--per", "2", env=env)
     assert set_.stdout.strip() == "PaymentCheck: 100/2s"
-    await run_cli("rate-limit", "Other", "7", env=env)
+    # A type no service declared yet takes a limit only when told to, and is recorded then.
+    assert (await run_cli("rate-limit", "Other", "7", env=env)).returncode == 1
+    other = await run_cli("rate-limit", "Other", "7", "--allow-undeclared", env=env)
+    assert other.stdout.strip() == "Other: 7/1s", other.stderr
+    listed = await run_cli("stats", "--json", env=env)
+    assert {t["type"]: t["rate_limit"] for t in listed.json()["types"]} == {
+        "Other": {"limit": 7, "per": 1.0},
+        "PaymentCheck": {"limit": 100, "per": 2.0},
+    }
     stats = await run_cli("stats", "--json", "PaymentCheck", env=env)
     assert stats.json()["types"][0]["rate_limit"] == {"limit": 100, "per": 2.0}
     cleared = await run_cli("rate-limit", "PaymentCheck", "--clear", "--json", env=env)

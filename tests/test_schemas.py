@@ -19,7 +19,7 @@ import redis.asyncio as redis
 from aioqueue import Event, EventServiceBuilder, JsonSerializer
 from aioqueue._wire.schemas import schemas_key
 from aioqueue.testing import EmbeddedServer
-from tests.ops_support import ServedApp, api_client, run_cli, serve
+from tests.ops_support import ServedApp, api_client, declare, run_cli, serve
 from tests.support import Recorder, queue_key, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
@@ -116,7 +116,7 @@ async def test_the_newest_publication_wins_and_the_change_is_logged_once_with_bo
 
 @pytest.mark.backends("standalone")
 async def test_the_schema_command_shows_fields_and_the_raw_schema(
-    service_builder: Builder, redis_url: str
+    service_builder: Builder, redis_url: str, redis_client: redis.Redis
 ) -> None:
     async with service_builder().build() as service:
         await service.enqueue(shipment(), 60)
@@ -130,8 +130,13 @@ async def test_the_schema_command_shows_fields_and_the_raw_schema(
     assert raw.json() == JsonSerializer().schema(Shipment)
     listing = await run_cli("schema", env=env)
     assert listing.stdout.splitlines()[1].split()[0] == "Shipment"
-    missing = await run_cli("schema", "Nothing", env=env)
-    assert (missing.returncode, missing.stderr.strip()) == (1, "no schema is published for Nothing")
+    await declare(redis_client, "Unpublished")  # a queue recorded without a schema
+    missing = await run_cli("schema", "Unpublished", env=env)
+    assert (missing.returncode, missing.stderr) == (1, "no schema is published for Unpublished\n")
+    unknown = await run_cli("schema", "Nothing", env=env)
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("aioqueue schema: unknown event type 'Nothing'")
+    assert "known types: Shipment, Unpublished" in unknown.stderr
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +160,10 @@ def posted(event_id: str, **payload: object) -> dict[str, object]:
 async def test_the_http_api_lists_types_and_checks_payloads_against_the_schema(
     service_builder: Builder, http: httpx.AsyncClient, redis_client: redis.Redis
 ) -> None:
-    # No schema yet: accepted as before, and the answer says it was not checked.
-    unchecked = await http.post("/events", json=posted("early", lines="not a list"))
+    # No service yet: accepted when the producer says its consumers come later, and the
+    # answer says it was not checked.
+    early = {**posted("early", lines="not a list"), "allow_undeclared": True}
+    unchecked = await http.post("/events", json=early)
     assert unchecked.status_code == 201, unchecked.text
     assert unchecked.json()["schema"] is None
     await redis_client.delete(queue_key("Shipment", "events"), queue_key("Shipment", "schedule"))
@@ -180,7 +187,9 @@ async def test_the_http_api_lists_types_and_checks_payloads_against_the_schema(
             described["fields"]
         )
         assert (await http.get("/types/Shipment")).json()["digest"] == digest
-        assert (await http.get("/types/Nothing")).status_code == 404
+        assert (await http.get("/types/Nothing")).status_code == 422  # nobody declared it
+        await declare(redis_client, "Unpublished")
+        assert (await http.get("/types/Unpublished")).status_code == 404
 
         bad = await http.post("/events", json=posted("bad", lines=[{"sku": "x", "qty": "2"}]))
         assert bad.status_code == 422, bad.text

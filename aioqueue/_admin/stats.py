@@ -36,16 +36,17 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from aioqueue._admin.named_types import resolve_layouts
 from aioqueue._model.rate_limit import RateLimit
 from aioqueue._transport.call_gate import gated_call
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.keys import QueueKeys, QueueLayout
 from aioqueue._wire.pausing import is_paused
 from aioqueue._wire.rate_limits import read_rate_limit
-from aioqueue._wire.registry import known_layouts, read_registry
+from aioqueue._wire.registry import read_registry
 from aioqueue._wire.scripts import LuaScript
 
-__all__ = ["QueueStats", "StatsSnapshot", "read_stats", "resolve_layouts"]
+__all__ = ["QueueStats", "StatsSnapshot", "read_stats"]
 
 STATS = LuaScript("stats")
 
@@ -95,29 +96,22 @@ class StatsSnapshot:
         }
 
 
-async def resolve_layouts(
-    client: RedisClient, prefix: str, event_types: Sequence[str] = ()
-) -> list[QueueLayout]:
-    """The layouts of `event_types` (every registered type when empty).
-
-    A type missing from the registry is taken as unpartitioned: a producer in another
-    language may have written it without registering it.
-    """
-    registered = {layout.event_type: layout for layout in await known_layouts(client, prefix)}
-    if not event_types:
-        return list(registered.values())
-    return [registered.get(name) or QueueLayout(prefix, name) for name in event_types]
-
-
 async def read_stats(
-    client: RedisClient, prefix: str, event_types: Sequence[str] = ()
+    client: RedisClient,
+    prefix: str,
+    event_types: Sequence[str] = (),
+    *,
+    allow_undeclared: bool = False,
 ) -> StatsSnapshot:
-    """Counts the queues of `event_types` (every registered type when empty). A registry
-    entry or a queue that cannot be read is described in `problems` and the others are
-    counted: one bad record must not blind the operator to every type."""
+    """Counts the queues of `event_types` (every registered type when empty; one nobody
+    declared raises UndeclaredTypeError unless `allow_undeclared`). A registry entry or a
+    queue that cannot be read is described in `problems` and the others are counted: one
+    bad record must not blind the operator to every type."""
     problems: list[str] = []
     if event_types:
-        layouts = await resolve_layouts(client, prefix, event_types)
+        layouts = await resolve_layouts(
+            client, prefix, event_types, allow_undeclared=allow_undeclared
+        )
     else:
         registry = await read_registry(client, prefix)
         layouts, problems = registry.layouts, list(registry.problems)

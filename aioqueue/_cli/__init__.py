@@ -17,6 +17,7 @@ import redis
 from redis.exceptions import RedisError
 
 from aioqueue import __version__
+from aioqueue._admin.named_types import UndeclaredTypeError
 from aioqueue._cli._common import (
     CONNECTION_ERRORS,
     INTERRUPTED,
@@ -27,6 +28,7 @@ from aioqueue._cli._common import (
     add_connection_options,
     display_url,
     resolve_connection_options,
+    undeclared_hint,
     until_stop_signal,
 )
 from aioqueue._cli._dead_cmd import add_dead_command
@@ -39,6 +41,7 @@ from aioqueue._cli._serve_cmd import add_serve_command
 from aioqueue._cli._stats_cmd import add_stats_command
 from aioqueue._cli._worker_cmd import add_worker_command
 from aioqueue._cli._workers_cmd import add_workers_commands
+from aioqueue._model.errors import AioqueueError
 
 __all__ = ["build_parser", "main"]
 
@@ -117,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         reported = _reported_error(error)
         if reported is None:
             raise
-        print(f"aioqueue {args.command}: {_describe(reported, args.url)}", file=sys.stderr)
+        print(f"aioqueue {args.command}: {_describe(reported, args)}", file=sys.stderr)
         return USAGE_ERROR if isinstance(reported, UsageError) else 1
     return code
 
@@ -134,11 +137,16 @@ def _reported_error(error: BaseException) -> BaseException | None:
     if isinstance(nested, tuple) and nested:
         leaves = [_reported_error(inner) for inner in nested]
         return leaves[0] if all(leaf is not None for leaf in leaves) else None
-    return error if isinstance(error, (CommandError, RedisError, *CONNECTION_ERRORS)) else None
+    reported = (CommandError, UndeclaredTypeError, RedisError, *CONNECTION_ERRORS)
+    return error if isinstance(error, reported) else None
 
 
-def _describe(error: BaseException, url: str | None) -> str:
-    if isinstance(error, CommandError):
+def _describe(error: BaseException, args: argparse.Namespace) -> str:
+    if isinstance(error, UndeclaredTypeError):
+        return f"{error}{undeclared_hint(args)}"
+    url: str | None = args.url
+    # The library's own errors name what they are about (RedisUnavailableError the server).
+    if isinstance(error, (CommandError, AioqueueError)):
         return str(error)
     if isinstance(error, CONNECTION_ERRORS):
         return f"cannot reach {display_url(url) if url else 'the server'}: {error}"

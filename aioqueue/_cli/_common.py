@@ -1,6 +1,6 @@
 """What every command shares: connection options, the skeleton of a command about one event
-type (its parser, connecting, finding the type's layout, printing text or --json), JSON
-output, confirmation prompts."""
+type (its parser, connecting, finding the type's layout and refusing a type no service
+declared, printing text or --json), JSON output, confirmation prompts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TextIO, TypeAlias, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import orjson
@@ -20,10 +19,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from aioqueue._admin.stats import resolve_layouts
+from aioqueue._admin.named_types import resolve_declared, resolve_layouts
 from aioqueue._transport.client import RedisClient, client_from_url
+from aioqueue._transport.reaching import display_url
 from aioqueue._wire.keys import QueueLayout, validate_prefix
-from aioqueue._wire.registry import resolve_layout
 
 __all__ = [
     "CONNECTION_ERRORS",
@@ -35,6 +34,7 @@ __all__ = [
     "Commands",
     "Run",
     "UsageError",
+    "add_allow_undeclared",
     "add_command",
     "add_connection_options",
     "check_reachable",
@@ -48,6 +48,7 @@ __all__ = [
     "report_fields",
     "report_table",
     "resolve_connection_options",
+    "undeclared_hint",
     "until_stop_signal",
 ]
 
@@ -122,14 +123,18 @@ def add_command(
     help_text: str,
     arguments: Sequence[str] = (),
     description: str | None = None,
+    writes: bool = False,
 ) -> argparse.ArgumentParser:
     """A command (or an action of one) that `run` runs, taking --url and --prefix, the
-    positional `arguments` (each shown as its name in capitals: TYPE, ID) and --json."""
+    positional `arguments` (each shown as its name in capitals: TYPE, ID), --json, and if
+    it `writes`, --allow-undeclared."""
     parser = commands.add_parser(name, help=help_text, description=description)
     add_connection_options(parser)
     for argument in arguments:
         parser.add_argument(argument, metavar=argument.upper())
     parser.add_argument("--json", action="store_true", help="print only JSON")
+    if writes:
+        add_allow_undeclared(parser)
     parser.set_defaults(run=run)
     return parser
 
@@ -145,16 +150,6 @@ def resolve_connection_options(args: argparse.Namespace, parser: argparse.Argume
             args.prefix = validate_prefix(os.environ.get("AIOQUEUE_PREFIX") or DEFAULT_PREFIX)
         except ValueError as exc:
             parser.error(f"AIOQUEUE_PREFIX: {exc}")
-
-
-def display_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = f"{parts.username}:" if parts.username else ":"
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}***@{host}"))
 
 
 async def check_reachable(url: str) -> None:
@@ -196,21 +191,47 @@ async def on_type(
     act: Callable[[RedisClient, QueueLayout], Awaitable[_T]],
     *,
     strict: bool = False,
+    record: bool = False,
 ) -> _T:
     """Connects to --url and returns what `act` reads or does with the queues of TYPE under
     --prefix, in the layout the prefix's registry records.
 
-    A type the registry does not record is taken as unpartitioned: a producer in another
-    language may have written it without registering it. So is one whose entry is damaged
-    (a warning is logged), unless `strict`: then that raises PartitionCountMismatchError,
-    for the commands that change how every service treats the type.
+    A type no service declared is refused (UndeclaredTypeError, printed with the known
+    types) unless the command was given --allow-undeclared. A declared type the registry
+    does not record (only its schema is published) is taken as unpartitioned; so is one
+    whose entry is damaged (a warning is logged), unless `strict`: then that raises
+    PartitionCountMismatchError, for the commands that change how every service treats the
+    type, which with `record` also record it (see resolve_declared).
     """
+    allowed = getattr(args, "allow_undeclared", False)
     async with connect(args.url) as client:
         if strict:
-            layout = await resolve_layout(client, args.prefix, args.type, None, record=False)
+            layout = await resolve_declared(
+                client, args.prefix, args.type, allow_undeclared=allowed, record=record
+            )
         else:
-            [layout] = await resolve_layouts(client, args.prefix, [args.type])
+            [layout] = await resolve_layouts(
+                client, args.prefix, [args.type], allow_undeclared=allowed
+            )
         return await act(client, layout)
+
+
+def add_allow_undeclared(parser: argparse.ArgumentParser) -> None:
+    """--allow-undeclared, for the commands that write: they refuse a type no service has
+    declared (a misspelt name) unless told its consumers are not deployed yet."""
+    parser.add_argument(
+        "--allow-undeclared",
+        action="store_true",
+        help="take TYPE even though no service has declared it yet (a producer deployed "
+        "before its consumers); without it, a type no service declared is refused",
+    )
+
+
+def undeclared_hint(args: argparse.Namespace) -> str:
+    """What a command that refused an undeclared type can be told to do instead."""
+    if "allow_undeclared" in args:
+        return " (--allow-undeclared takes it all the same, for consumers not deployed yet)"
+    return ""
 
 
 def report(args: argparse.Namespace, as_json: Any, text: str, *, done: bool = True) -> int:

@@ -15,7 +15,7 @@ from aioqueue._admin.actions import (
     purge_dead_letters,
     requeue_dead_letters,
 )
-from aioqueue._admin.stats import resolve_layouts
+from aioqueue._admin.named_types import resolve_layouts
 from aioqueue._cli._progress import ProgressBar
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.keys import QueueLayout
@@ -23,6 +23,7 @@ from aioqueue._wire.keys import QueueLayout
 from ._common import (
     CommandError,
     Commands,
+    add_allow_undeclared,
     add_command,
     add_connection_options,
     confirm,
@@ -70,6 +71,7 @@ def add_dead_command(commands: Commands) -> None:
         parser.add_argument("--all", action="store_true", help="every dead letter (of TYPE)")
         parser.add_argument("--yes", "-y", action="store_true", help="do not ask to confirm")
         parser.add_argument("--json", action="store_true", help="print only JSON")
+        add_allow_undeclared(parser)
         parser.set_defaults(run=run)
 
 
@@ -120,13 +122,14 @@ async def _targets(
         raise CommandError("say which: TYPE ID..., TYPE --all, or --all for every type")
     if args.type is not None and not args.ids and not args.all:
         raise CommandError(f"give the ids of the {args.type} dead letters, or --all")
+    allowed = args.allow_undeclared
     if args.ids:
-        [layout] = await resolve_layouts(client, args.prefix, [args.type])
+        [layout] = await resolve_layouts(client, args.prefix, [args.type], allow_undeclared=allowed)
         return [(layout, list(args.ids))]
     types = [args.type] if args.type is not None else []
     return [
         (layout, await dead_letter_ids(client, layout))
-        for layout in await resolve_layouts(client, args.prefix, types)
+        for layout in await resolve_layouts(client, args.prefix, types, allow_undeclared=allowed)
     ]
 
 

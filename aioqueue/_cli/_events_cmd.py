@@ -52,12 +52,16 @@ def add_events_command(commands: Commands) -> None:
     listing.add_argument("--json", action="store_true", help="print only JSON")
     listing.set_defaults(run=run_list)
 
-    for name, run, help_text in (
-        ("show", run_show, "one event in full: state, due time, attempt, last error, payload"),
-        ("run-now", run_run_now, "make a pending event due now (its attempt count is kept)"),
-        ("cancel", run_cancel, "remove a pending event"),
-    ):
-        add_command(actions, name, run, help_text=help_text, arguments=("type", "id"))
+    for name, run, help_text, writes in (
+        ("show", run_show, "one event in full: state, due time, attempt, last error, payload",
+         False),
+        ("run-now", run_run_now, "make a pending event due now (its attempt count is kept)",
+         True),
+        ("cancel", run_cancel, "remove a pending event", True),
+    ):  # fmt: skip
+        add_command(
+            actions, name, run, help_text=help_text, arguments=("type", "id"), writes=writes
+        )
 
 
 def add_cancel_command(commands: Commands) -> None:
@@ -69,6 +73,7 @@ def add_cancel_command(commands: Commands) -> None:
         functools.partial(_cancel, naming_event=False),
         help_text="remove a pending event by type and id",
         arguments=("type", "id"),
+        writes=True,
     )
 
 

@@ -11,7 +11,15 @@ from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.pausing import pause, resume
 from aioqueue._wire.rate_limits import read_rate_limit, set_rate_limit
 
-from ._common import CommandError, Commands, add_command, add_connection_options, on_type, report
+from ._common import (
+    CommandError,
+    Commands,
+    add_allow_undeclared,
+    add_command,
+    add_connection_options,
+    on_type,
+    report,
+)
 
 __all__ = ["add_flow_commands", "add_rate_limit_command"]
 
@@ -21,11 +29,12 @@ def add_flow_commands(commands: Commands) -> None:
         ("pause", run_pause, "stop every service from taking a type's events (they wait in Redis)"),
         ("resume", run_resume, "let every service take a paused type's events again, in due order"),
     ):
-        add_command(commands, name, run, help_text=help_text, arguments=("type",))
+        add_command(commands, name, run, help_text=help_text, arguments=("type",), writes=True)
 
 
 async def run_pause(args: argparse.Namespace) -> int:
-    returned = await on_type(args, pause, strict=True)
+    # Recorded: a pause of a type the registry lacked would hold it with nobody seeing it.
+    returned = await on_type(args, pause, strict=True, record=True)
     return report(
         args,
         {"type": args.type, "paused": True, "returned_to_schedule": returned},
@@ -52,6 +61,7 @@ def add_rate_limit_command(commands: Commands) -> None:
     parser.add_argument("--per", type=float, default=1.0, help="window in seconds (default 1)")
     parser.add_argument("--clear", action="store_true", help="remove the limit")
     parser.add_argument("--json", action="store_true", help="print only JSON")
+    add_allow_undeclared(parser)
     parser.set_defaults(run=run_rate_limit)
 
 
@@ -66,7 +76,8 @@ async def run_rate_limit(args: argparse.Namespace) -> int:
             await set_rate_limit(client, layout, RateLimit(args.limit, round(args.per * 1000)))
         return await read_rate_limit(client, layout)
 
-    current = await on_type(args, change, strict=True)
+    # A limit set is recorded with its type, as a pause is, so that `stats` shows it.
+    current = await on_type(args, change, strict=True, record=args.limit is not None)
     shown = None if current is None else {"limit": current.limit, "per": current.per_ms / 1000}
     return report(
         args,

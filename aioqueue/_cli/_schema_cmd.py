@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import orjson
 
+from aioqueue._admin.named_types import require_declared
 from aioqueue._wire.schemas import read_schema, read_schemas, schema_fields
 
 from ._common import (
@@ -37,6 +38,9 @@ async def run_schema(args: argparse.Namespace) -> int:
         return await _run_list(args)
     async with connect(args.url) as client:
         published = await read_schema(client, args.prefix, args.event_type)
+        if published is None:
+            # A misspelt name is told apart from a type whose services publish no schema.
+            await require_declared(client, args.prefix, [args.event_type])
     if published is None:
         print(f"no schema is published for {args.event_type}", file=sys.stderr)
         return 1

@@ -56,6 +56,12 @@ def add_serve_command(commands: Commands) -> None:
         help="how long POST /events waits for that confirmation (default 0.5)",
     )
     parser.add_argument(
+        "--allow-undeclared-types",
+        action="store_true",
+        help="take event types no service has declared yet (for producers deployed before "
+        "their consumers); without it they are refused with 422, naming the known types",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help="serve a non-loopback address without a token (anyone who reaches it may write)",
@@ -98,6 +104,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body,
         allowed_hosts=hosts_for_bind(args.host, args.port, args.allow_host),
         durability=durability,
+        allow_undeclared_types=args.allow_undeclared_types,
     )
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level.lower(), lifespan="on"

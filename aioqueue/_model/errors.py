@@ -14,18 +14,22 @@
     ├── DurabilityError            an enqueue was not confirmed by the replicas (or the
     │                              primary's AOF) in time: the events may exist or not
     ├── HandlerRegistrationError   a handler cannot be added (duplicate, bad parallelism)
+    ├── RedisUnavailableError      a service or producer could not reach Redis at start
     ├── OutsideHandlerError        current_delivery() called where no handler runs
     └── ServiceStateError          the call does not fit the service's state (e.g. closed)
         └── ServiceFailedError     a background task of the service died (a bug): it no
                                    longer works; the task's error is the __cause__
 
 The value errors also derive from ValueError and the definition error from TypeError, so
-code that catches the builtin categories keeps working.
+code that catches the builtin categories keeps working; RedisUnavailableError derives from
+redis-py's ConnectionError, which is what a call raised there before.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 __all__ = [
     "AioqueueError",
@@ -40,6 +44,7 @@ __all__ = [
     "PartitionCountMismatchError",
     "PayloadDecodeError",
     "PayloadTooLargeError",
+    "RedisUnavailableError",
     "SerializationError",
     "ServiceFailedError",
     "ServiceStateError",
@@ -125,6 +130,18 @@ def _durability_error(message: str, replicas: int, confirmed: int | None) -> Dur
 class HandlerRegistrationError(AioqueueError, ValueError):
     """A handler cannot be added: not a function, one that cannot take the event class, one
     already registered for the type, or an invalid parallelism."""
+
+
+class RedisUnavailableError(AioqueueError, RedisConnectionError):
+    """Redis could not be reached when a service started (`async with service:`) or on a
+    SyncProducer's first call of an event class: the server is down, the address is wrong,
+    or it refused the credentials. The message names the server (its URL with passwords
+    masked, or a client's host and port) and the cause; the cause's traceback is logged at
+    DEBUG. A service that did not start is closed: build another to try again.
+
+    Only the start is checked: a running service rides out later outages on its own, and its
+    calls then raise redis-py's errors. Derives from `redis.exceptions.ConnectionError`, so
+    code that catches that keeps working."""
 
 
 class OutsideHandlerError(AioqueueError, RuntimeError):

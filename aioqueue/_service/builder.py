@@ -37,6 +37,7 @@ from aioqueue._transport.client import (
     service_client_from_url,
     service_client_of_sentinels,
 )
+from aioqueue._transport.reaching import display_url
 from aioqueue._transport.sentinel import sentinel_settings
 from aioqueue._wire.keys import MAX_PARTITIONS
 
@@ -58,7 +59,12 @@ DEFAULT_HANDLER_THREADS = 40
 
 class _ServiceFactory(Protocol):
     def __call__(
-        self, config: ServiceConfig, client: RedisClient, *, owns_client: bool
+        self,
+        config: ServiceConfig,
+        client: RedisClient,
+        *,
+        owns_client: bool,
+        address: str | None = None,
     ) -> EventService: ...
 
 
@@ -260,15 +266,17 @@ class EventServiceBuilder:
         if self._sentinels is not None:
             settings = checked(lambda s: sentinel_settings(*s), self._sentinels, "sentinel")
             client = service_client_of_sentinels(settings, CONNECTIONS_NEEDED)
+            address = None  # the client names its sentinels and group
         elif self._url is not None:
             url = self._url
             client = checked(lambda u: service_client_from_url(u, CONNECTIONS_NEEDED), url, "url")
+            address = display_url(url)
         else:
             raise ConfigurationError(
                 "set a Redis connection with .client(...), .url(...) or .sentinel(...)"
             )
         check_room(client)  # a URL's own max_connections wins over the service's
-        return self._factory(config, client, owns_client=True)
+        return self._factory(config, client, owns_client=True, address=address)
 
     def _checked_rate_limits(self) -> dict[str, RateLimit]:
         limits = {}

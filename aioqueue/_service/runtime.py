@@ -19,10 +19,11 @@ import anyio
 from anyio.abc import TaskGroup
 
 from aioqueue._model.config import ServiceConfig
-from aioqueue._model.errors import ServiceFailedError, ServiceStateError
+from aioqueue._model.errors import RedisUnavailableError, ServiceFailedError, ServiceStateError
 from aioqueue._model.event import Event, event_type_name
 from aioqueue._transport.call_gate import close_gate, open_gate
 from aioqueue._transport.client import RedisClient
+from aioqueue._transport.reaching import reach
 from aioqueue._transport.recovery import logger
 from aioqueue._wire.event_types import EventTypes
 from aioqueue._wire.queues import QueueDirectory, TypeQueue
@@ -47,10 +48,18 @@ class Runtime:
     """One service's settings, client, queues and state, and the task group that owns every
     background task while it runs."""
 
-    def __init__(self, config: ServiceConfig, client: RedisClient, *, owns_client: bool) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        client: RedisClient,
+        *,
+        owns_client: bool,
+        address: str | None = None,
+    ) -> None:
         self.config = config
         self.client = client
         self._owns_client = owns_client
+        self._address = address
         types = EventTypes(
             config.prefix, config.serializer, config.partitions, default_partitions=1
         )
@@ -84,12 +93,22 @@ class Runtime:
             raise ServiceStateError(f"the service is {self.state.value}")
 
     async def start(self) -> None:
-        """Enters the task group; from here every call of the service waits its turn for one
+        """Checks that Redis answers (else RedisUnavailableError: a wrong URL or a server
+        that is down is reported once, where the loops would retry it for ever), then
+        enters the task group; from here every call of the service waits its turn for one
         of a few connections, however many types it produces and consumes (call_gate.py)."""
         if self.state is not ServiceState.IDLE:
             raise ServiceStateError(
                 f"the service is {self.state.value}; build a new one instead of re-entering it"
             )
+        try:
+            await reach(self.client, self._address)
+        except RedisUnavailableError:
+            # Nothing started: the service is closed as if it had run, its client with it.
+            self.state = ServiceState.CLOSED
+            if self._owns_client:
+                await self.client.aclose()
+            raise
         self._failed = anyio.Event()
         task_group = anyio.create_task_group()
         await task_group.__aenter__()

@@ -43,15 +43,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 class EventService:
     """Schedules events and delivers them to handlers when due.
 
-    Build one with `EventService.builder()`. `async with service:` starts the dispatcher and
-    one consumer per handler; leaving it stops taking events, gives running handlers
-    `shutdown_grace` to finish, cancels the rest and closes the connection if the service
-    opened it. A closed service cannot be entered again. What leaves the block is what was
-    raised in it, never an exception group.
+    Build one with `EventService.builder()`. `async with service:` checks that Redis answers
+    (else RedisUnavailableError, naming the server and the cause), then starts the
+    dispatcher and one consumer per handler; leaving it stops taking events, gives running
+    handlers `shutdown_grace` to finish, cancels the rest and closes the connection if the
+    service opened it. A closed service cannot be entered again. What leaves the block is
+    what was raised in it, never an exception group.
     """
 
-    def __init__(self, config: ServiceConfig, client: RedisClient, *, owns_client: bool) -> None:
-        self._runtime = Runtime(config, client, owns_client=owns_client)
+    def __init__(
+        self,
+        config: ServiceConfig,
+        client: RedisClient,
+        *,
+        owns_client: bool,
+        address: str | None = None,
+    ) -> None:
+        # `address` names the server in errors (the URL, password masked); by default the
+        # client's host and port.
+        self._runtime = Runtime(config, client, owns_client=owns_client, address=address)
         self._delivery = Delivery(self._runtime)
         self._producing = Producing(self._runtime, self._delivery.due_sooner)
         self._schedules = Schedules(self._runtime, self._producing.producer)

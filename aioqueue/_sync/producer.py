@@ -56,6 +56,7 @@ from aioqueue._producing.writes import (
     reschedule_steps,
 )
 from aioqueue._transport.client import SyncRedisClient, producer_client_from_url
+from aioqueue._transport.reaching import display_url, unavailable_as_one_error
 from aioqueue._transport.recovery import logger
 from aioqueue._transport.steps import Steps, run_steps_sync
 from aioqueue._wire.event_types import EventTypeRecord, EventTypes
@@ -84,10 +85,12 @@ class SyncProducer:
     again is safe). A client you pass needs a socket timeout above the durability timeout.
 
     Thread-safe and fork-safe (see the module's docstring); it never starts an event loop.
-    Redis errors (`redis.exceptions.ConnectionError`, `TimeoutError`) reach the caller.
+    Redis errors (`redis.exceptions.ConnectionError`, `TimeoutError`) reach the caller; the
+    first call of an event class that cannot reach Redis raises RedisUnavailableError (a
+    ConnectionError), whose message names the server and the cause.
     """
 
-    __slots__ = ("_client", "_closed", "_config", "_owns_client", "_types")
+    __slots__ = ("_address", "_client", "_closed", "_config", "_owns_client", "_types")
 
     def __init__(
         self,
@@ -115,6 +118,9 @@ class SyncProducer:
             partitions=MappingProxyType(_partition_counts(partitions or {})),
             durability=Durability.checked(durability),
         )
+        # Names the server when it cannot be reached: the URL without its password, else
+        # the client's own host and port.
+        self._address = None if url is None else display_url(url)
         # Settings first: a producer refused for its settings has opened no connection.
         if client is None:
             assert url is not None
@@ -304,7 +310,9 @@ class SyncProducer:
         """The class as resolved on its first use (registry, schema, serial key)."""
         record = self._types.known(event_class)
         if record is None:
-            record = run_steps_sync(self._client, self._types.resolve(event_class))
+            # The first conversation with Redis: a server that cannot be reached is named.
+            with unavailable_as_one_error(self._client, self._address):
+                record = run_steps_sync(self._client, self._types.resolve(event_class))
         return record
 
     def _write(self, steps: Steps[R]) -> R:

@@ -24,13 +24,14 @@ from aioqueue._admin.actions import (
     list_dead_letters,
     requeue_dead_letters,
 )
-from aioqueue._admin.stats import read_stats, resolve_layouts
+from aioqueue._admin.named_types import UndeclaredTypeError, require_declared, resolve_layouts
+from aioqueue._admin.stats import read_stats
 from aioqueue._model.config import Durability
 from aioqueue._model.errors import DurabilityError, PartitionCountMismatchError
 from aioqueue._model.event import _WIRE_NAME
 from aioqueue._transport.client import RedisClient, client_from_url
 from aioqueue._transport.recovery import REDIS_ERRORS
-from aioqueue._wire.keys import validate_prefix
+from aioqueue._wire.keys import QueueLayout, validate_prefix
 
 from ._browse import browse_routes
 from ._events import EnqueueRequest, RequestError, enqueue
@@ -63,6 +64,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     allowed_hosts: Iterable[str] | None = None,
     durability: Durability | None = None,
+    allow_undeclared_types: bool = False,
 ) -> Starlette:
     """The app for one prefix on one server: give `url` (the app connects and closes the
     client) or `client` (yours, never closed). With `token`, every API call needs
@@ -72,6 +74,12 @@ def create_app(
     `max_body_bytes` are refused with 413. With `durability` (`Durability.of(replicas,
     timeout)`), `POST /events` answers only once that many replicas have the event, and 503
     when they did not confirm it in time (the event may exist; posting it again is safe).
+
+    An event type no service has declared (no recorded queue, no published schema: most
+    often a misspelt name) is refused with 422 naming the known types, in the path, the
+    query or the body of `POST /events`. `allow_undeclared_types=True` takes any type, for
+    producers deployed before their consumers; one `POST /events` says so with
+    `"allow_undeclared": true`.
 
     The Redis client is opened in the app's lifespan: mounted in another app, enter
     `app.router.lifespan_context(app)` from that app's lifespan.
@@ -84,6 +92,7 @@ def create_app(
     )
     state = _State(prefix, None if token is None else validate_token(token), max_body_bytes, guard)
     state.durability = durability
+    state.allow_undeclared_types = allow_undeclared_types
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -211,10 +220,34 @@ async def _registry_conflict(request: Request, exc: Exception) -> Response:
     return _error(409, str(exc))
 
 
+UNDECLARED_OPT_IN = (
+    "to take types before their consumers declare them, serve with --allow-undeclared-types "
+    '(create_app(allow_undeclared_types=True)), or post the event with "allow_undeclared": true'
+)
+
+
+async def _undeclared_type(request: Request, exc: Exception) -> Response:
+    # 422, not 404: the route exists and the request is well formed, but it names a type the
+    # prefix does not know. A 404 already means "no such event" on DELETE /events/{type}/{id}
+    # and the other routes of one event, which a client may take as done: a misspelt type
+    # must not pass for that. For POST /events it is a body field that cannot be processed.
+    assert isinstance(exc, UndeclaredTypeError)
+    return JSONResponse(
+        {
+            "error": f"{exc}; {UNDECLARED_OPT_IN}",
+            "unknown_types": exc.undeclared,
+            "known_types": exc.named_known(),
+            "known_types_total": len(exc.known),
+        },
+        status_code=422,
+    )
+
+
 ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
     HTTPException: _http_error,
     # The type's registry entry is unusable: the message says which and how to fix it.
     PartitionCountMismatchError: _registry_conflict,
+    UndeclaredTypeError: _undeclared_type,
     DurabilityError: _not_confirmed,
     RedisConnectionError: _redis_unavailable,
     RedisTimeoutError: _redis_unavailable,
@@ -239,6 +272,7 @@ class _State:
         self.schema_checks = SchemaChecks()
         self.client: RedisClient
         self.durability: Durability | None = None
+        self.allow_undeclared_types = False
 
     def api(self, endpoint: Endpoint) -> Endpoint:
         """Wraps an API endpoint: checks the bearer token when one is configured, and that
@@ -288,7 +322,12 @@ class _State:
         return JSONResponse({"ok": True})
 
     async def stats(self, request: Request) -> Response:
-        snapshot = await read_stats(self.client, self.prefix, request.query_params.getlist("type"))
+        snapshot = await read_stats(
+            self.client,
+            self.prefix,
+            request.query_params.getlist("type"),
+            allow_undeclared=self.allow_undeclared_types,
+        )
         return JSONResponse({"prefix": self.prefix, **snapshot.to_json()})
 
     async def post_event(self, request: Request) -> Response:
@@ -301,6 +340,8 @@ class _State:
             return _error(400, f"the body is not valid JSON: {exc}")
         except RequestError as exc:
             return _error(422, str(exc))
+        if not (self.allow_undeclared_types or parsed.allow_undeclared):
+            await require_declared(self.client, self.prefix, [parsed.event_type])
         try:
             # A type no service published a schema for is written unchecked ("schema": null).
             digest = await self.schema_checks.check(
@@ -332,6 +373,13 @@ class _State:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    async def _layouts(self, event_types: list[str]) -> list[QueueLayout]:
+        """The layouts of the named types (every recorded one when none is named); a type
+        no service declared raises UndeclaredTypeError (answered 422) unless allowed."""
+        return await resolve_layouts(
+            self.client, self.prefix, event_types, allow_undeclared=self.allow_undeclared_types
+        )
+
     async def dead_letters(self, request: Request) -> Response:
         try:
             limit = min(MAX_LISTING, max(1, int(request.query_params.get("limit", "100"))))
@@ -339,14 +387,14 @@ class _State:
             return _error(422, "limit must be an integer")
         types = request.query_params.getlist("type")
         records: list[DeadLetterRecord] = []
-        for layout in await resolve_layouts(self.client, self.prefix, types):
+        for layout in await self._layouts(types):
             records += await list_dead_letters(self.client, layout, limit)
         records.sort(key=lambda record: record.died_at, reverse=True)
         return JSONResponse({"dead_letters": [record.to_json() for record in records[:limit]]})
 
     async def dead_letter(self, request: Request) -> Response:
         event_type, event_id = request.path_params["type"], request.path_params["id"]
-        [layout] = await resolve_layouts(self.client, self.prefix, [event_type])
+        [layout] = await self._layouts([event_type])
         record = await get_dead_letter(self.client, layout, event_id)
         if record is None:
             return _error(404, f"no dead letter {event_type} {event_id!r}")
@@ -354,7 +402,7 @@ class _State:
 
     async def requeue(self, request: Request) -> Response:
         event_type, event_id = request.path_params["type"], request.path_params["id"]
-        [layout] = await resolve_layouts(self.client, self.prefix, [event_type])
+        [layout] = await self._layouts([event_type])
         outcome = (await requeue_dead_letters(self.client, layout, [event_id]))[event_id]
         status = {"requeued": 200, "missing": 404}.get(outcome, 409)
         return JSONResponse(

@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aioqueue._admin.actions import cancel_event
-from aioqueue._admin.stats import resolve_layouts
+from aioqueue._admin.named_types import resolve_layouts
 from aioqueue._model.errors import InvalidCursorError
 from aioqueue._producing.writes import run_now
 from aioqueue._wire.browse import MAX_PAGE, inspect_event, pending_page
@@ -48,8 +48,12 @@ class _BrowseRoutes:
         self._state = state
 
     async def _layout(self, request: Request) -> QueueLayout:
+        state = self._state
         [layout] = await resolve_layouts(
-            self._state.client, self._state.prefix, [request.path_params["type"]]
+            state.client,
+            state.prefix,
+            [request.path_params["type"]],
+            allow_undeclared=state.allow_undeclared_types,
         )
         return layout
 

@@ -20,7 +20,7 @@ from aioqueue._wire.registry import resolve_layout
 
 __all__ = ["EnqueueRequest", "RequestError", "enqueue"]
 
-_FIELDS = {"type", "id", "delay", "at", "payload", "context", "replace"}
+_FIELDS = {"type", "id", "delay", "at", "payload", "context", "replace", "allow_undeclared"}
 # orjson.dumps refuses to encode deeper nesting than this.
 MAX_PAYLOAD_DEPTH = 254
 
@@ -36,6 +36,8 @@ class EnqueueRequest:
     replace: bool
     payload: dict[str, Any]
     """The payload as decoded, for the check against the type's published schema."""
+    allow_undeclared: bool = False
+    """Written even if no service declared the type yet (its consumers deploy later)."""
 
     @classmethod
     def parse(cls, body: Any) -> EnqueueRequest:
@@ -61,6 +63,9 @@ class EnqueueRequest:
         replace = body.get("replace", False)
         if not isinstance(replace, bool):
             raise RequestError("replace must be true or false")
+        allow_undeclared = body.get("allow_undeclared", False)
+        if not isinstance(allow_undeclared, bool):
+            raise RequestError("allow_undeclared must be true or false")
         try:
             due = DueTime.of(_delay(body.get("delay")), _at(body.get("at")))
             context = context_json(_context(body.get("context")))
@@ -75,7 +80,13 @@ class EnqueueRequest:
             due_ms=due.milliseconds,
             absolute=due.absolute,
         )
-        return cls(event_type=event_type, item=item, replace=replace, payload=payload)
+        return cls(
+            event_type=event_type,
+            item=item,
+            replace=replace,
+            payload=payload,
+            allow_undeclared=allow_undeclared,
+        )
 
 
 def _delay(value: Any) -> float | None:
@@ -135,8 +146,9 @@ async def enqueue(
     durability: Durability | None = None,
 ) -> bool:
     """Runs the library's enqueue script for the request; False when a pending event with
-    that id was kept. A type nobody registered yet is registered unpartitioned. With
-    `durability`, returns once the replicas confirmed it (else DurabilityError)."""
+    that id was kept. A type nobody recorded yet (the caller checked that it may be
+    written) is recorded unpartitioned. With `durability`, returns once the replicas
+    confirmed it (else DurabilityError)."""
     # The registry's count, whatever it is: the HTTP API has no count of its own.
     layout = await resolve_layout(client, prefix, request.event_type, None)
     steps = enqueue_steps(

@@ -22,3 +22,5 @@ class Connected(Protocol):
 
     client: RedisClient
     prefix: str
+    allow_undeclared_types: bool
+    """Whether a type no service declared is taken (else the app answers 422)."""

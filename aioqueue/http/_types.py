@@ -9,8 +9,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from aioqueue._admin.named_types import require_declared, resolve_declared
 from aioqueue._wire.pausing import is_paused, pause, resume
-from aioqueue._wire.registry import read_registry, resolve_layout
+from aioqueue._wire.registry import read_registry
 from aioqueue._wire.schemas import PublishedSchema, read_schema, read_schemas, schema_fields
 
 from ._routing import Connected, Wrap
@@ -40,13 +41,22 @@ def type_routes(state: Connected, api: Wrap) -> list[Route]:
 
     async def pausing(request: Request) -> Response:
         event_type = request.path_params["type"]
-        layout = await resolve_layout(state.client, state.prefix, event_type, None, record=False)
+        # Recorded: a pause of a type the registry lacked would hold it with nobody seeing it.
+        layout = await resolve_declared(
+            state.client,
+            state.prefix,
+            event_type,
+            allow_undeclared=state.allow_undeclared_types,
+            record=True,
+        )
         returned = await pause(state.client, layout)
         return JSONResponse({"type": event_type, "paused": True, "returned_to_schedule": returned})
 
     async def resuming(request: Request) -> Response:
         event_type = request.path_params["type"]
-        layout = await resolve_layout(state.client, state.prefix, event_type, None, record=False)
+        layout = await resolve_declared(
+            state.client, state.prefix, event_type, allow_undeclared=state.allow_undeclared_types
+        )
         was_paused = await resume(state.client, layout)
         return JSONResponse({"type": event_type, "paused": False, "was_paused": was_paused})
 
@@ -54,6 +64,9 @@ def type_routes(state: Connected, api: Wrap) -> list[Route]:
         event_type = request.path_params["type"]
         published = await read_schema(state.client, state.prefix, event_type)
         if published is None:
+            if not state.allow_undeclared_types:
+                # A misspelt name is told apart from a type whose services publish no schema.
+                await require_declared(state.client, state.prefix, [event_type])
             return JSONResponse(
                 {"error": f"no schema is published for {event_type}"}, status_code=404
             )
