@@ -29,7 +29,7 @@ from aioqueue._wire.event_types import EventTypes
 from aioqueue._wire.queues import QueueDirectory, TypeQueue
 
 if sys.version_info < (3, 11):  # anyio depends on the backport there
-    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]  # novermin
 
 __all__ = ["Runtime", "ServiceState"]
 
