@@ -41,11 +41,13 @@ At the end: delivered, duplicated, lost (scheduled, never handed to a handler, n
 dead, invented (delivered but never scheduled), the lateness of first deliveries, and the
 schedule's ticks missing between the first and the last delivered one. Two counters watch the
 lease protocol: events dead-lettered without any handler call, and events a killed worker
-had begun whose next attempt was due later than the lease (`--lease`, 1 s) plus the
-scheduling interval after the kill. The exit status is 1 if anything was invented or wrongly
-dead, either lease counter is not 0, or, with AOF on or replicas, something was lost, left
-pending or a tick missing, or, with replicas, a durable enqueue's event lost, invented or
-given up.
+had begun whose next attempt was due later than two leases (`--lease`, 1 s: one, and one
+for a renewal sent just before the kill that the server ran after it) plus the scheduling
+interval after the kill; give `--handler-timeout` above that bound, so that an event
+returned by its handler timeout instead would count. The exit status is 1 if anything was
+invented or wrongly dead, either lease counter is not 0, or, with AOF on or replicas,
+something was lost, left pending or a tick missing, or, with replicas, a durable enqueue's
+event lost, invented or given up.
 The worker processes are driven by chaos_pool.py, the options are in chaos_args.py.
 Every loop is bounded in count and in time; all traffic stays on 127.0.0.1.
 """
@@ -251,16 +253,21 @@ def read_deliveries(logs: Path) -> tuple[list[Call], int]:
 
 def late_after_kills(
     calls: Sequence[Call], kills_ms: dict[str, float], lease_ms: float
-) -> tuple[int, int]:
+) -> tuple[int, int, float]:
     """Of the events a killed worker had begun and that another attempt handled after the
-    kill: how many, and how many of those next attempts were due later than the lease plus
-    the scheduling interval after the kill (a killed worker's events must be due again
-    within one lease, whatever the handler timeout)."""
+    kill: how many, how many of those next attempts were due later than the bound after the
+    kill, and the latest one's due time after its kill (ms; 0 when none came back).
+
+    A killed worker's events must be due again within one lease, whatever the handler
+    timeout. The bound adds a second lease, for a renewal the worker sent just before it
+    died that a busy server ran after the kill (its lease then starts later), and the
+    scheduling interval."""
     by_event: dict[str, list[Call]] = {}
     for call in calls:
         by_event.setdefault(call.event_id, []).append(call)
     came_back = late = 0
-    bound_ms = lease_ms + SCHEDULING_INTERVAL * 1000
+    latest_ms = 0.0
+    bound_ms = 2 * lease_ms + SCHEDULING_INTERVAL * 1000
     for worker, killed_ms in kills_ms.items():
         begun = {call.event_id: call for call in calls if call.worker == worker}
         for event_id, last in begun.items():
@@ -271,8 +278,10 @@ def late_after_kills(
             ]
             if later:
                 came_back += 1
-                late += min(c.delivery_due_ms for c in later) > killed_ms + bound_ms
-    return came_back, late
+                after_kill_ms = min(c.delivery_due_ms for c in later) - killed_ms
+                latest_ms = max(latest_ms, after_kill_ms)
+                late += after_kill_ms > bound_ms
+    return came_back, late, latest_ms
 
 
 async def drive(args: argparse.Namespace) -> Report:
@@ -384,7 +393,9 @@ async def drive(args: argparse.Namespace) -> Report:
         )
     flow_prefixes = (TICK_PREFIX, LIMITED_PREFIX, KEYED_PREFIX, DURABLE_PREFIX)
     calls = [call for call in calls if not call[0].startswith(flow_prefixes)]
-    back_after_kill, late_after_kill = late_after_kills(calls, chaos.kills_ms, args.lease * 1000)
+    back_after_kill, late_after_kill, latest_after_kill_ms = late_after_kills(
+        calls, chaos.kills_ms, args.lease * 1000
+    )
     tick_ms = round(TICK_SECONDS * 1000)
     expected_ticks = (ticks[-1] - ticks[0]) // tick_ms + 1 if ticks else 0
     expected = {event.id for event in events}
@@ -425,6 +436,7 @@ async def drive(args: argparse.Namespace) -> Report:
         dead_unhandled=len(dead_ids - handed_out),
         back_after_kill=back_after_kill,
         late_after_kill=late_after_kill,
+        latest_after_kill_ms=latest_after_kill_ms,
         invented=len(handed_out - expected),
         pending_at_end=len(pending_ids),
         delivered_before_server_restart=len(

@@ -67,8 +67,10 @@ class Report:
     back_after_kill: int
     """Events a killed worker had begun that another attempt handled after the kill."""
     late_after_kill: int
-    """Of those, the events whose next attempt was due later than the lease plus the
+    """Of those, the events whose next attempt was due later than two leases plus the
     scheduling interval after the kill (the lease protocol: must be 0)."""
+    latest_after_kill_ms: float
+    """The latest of those next attempts' due times after their kill."""
     invented: int
     """Ids handed to a handler that were never scheduled."""
     pending_at_end: int
@@ -194,7 +196,8 @@ def print_report(report: Report) -> None:
     )
     print(
         f"  leases:      {report.back_after_kill} events of killed workers came back, "
-        f"{report.late_after_kill} of them due later than the lease plus the scheduling interval"
+        f"due at most {report.latest_after_kill_ms:,.0f} ms after the kill, "
+        f"{report.late_after_kill} later than two leases plus the scheduling interval"
     )
     print(f"  invented:    {report.invented}")
     print(f"  pending:     {report.pending_at_end} at the end (drained: {report.drained})")

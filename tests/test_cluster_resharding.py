@@ -5,7 +5,8 @@ the target, SETSLOT MIGRATING on the source, MIGRATE of the slot's keys, SETSLOT
 the slot migrates, the source answers ASK for a key it no longer has, and TRYAGAIN for a
 multi-key command (every queue script is one) that finds some of its keys missing, which an
 empty list or dead-letter set always is: the queue pauses until SETSLOT NODE, and redis-py
-and the service retry. Then clients get MOVED and follow the slot. Nothing may be lost.
+and the service retry. Then clients follow the slot (by MOVED, or by the slots redis-py
+reads again after a redirection error). Nothing may be lost.
 """
 
 from __future__ import annotations
@@ -177,4 +178,5 @@ async def test_moving_the_slot_of_a_live_queue_loses_nothing(
     assert delivered_after_move > 0
     assert sent["TRYAGAIN"] > 0
     assert sent["ASK"] > 0
-    assert sent["MOVED"] > 0
+    # No MOVED is asserted: after a redirection error redis-py may read the slots again
+    # just after the move (a "TTL exhausted" retry does), and then no command meets one.

@@ -303,7 +303,14 @@ async def test_post_events_answers_503_until_the_replica_confirms(
 ) -> None:
     primary, replica = pair
     body = {"type": "PaymentCheck", "id": "http", "delay": HOUR, "payload": {"order_id": 7}}
-    with serve(primary.url, "--durability-replicas", "1", "--durability-timeout", "0.2") as app:
+    with serve(
+        primary.url,
+        "--durability-replicas",
+        "1",
+        "--durability-timeout",
+        "0.2",
+        "--allow-undeclared-types",
+    ) as app:
         async with api_client(app.base_url) as http:
             warm_up = await http.post("/events", json={**body, "id": "first"})
             assert warm_up.status_code == 201  # the type is registered, the library loaded

@@ -38,12 +38,13 @@ SMALLEST_CALL = 16
 
 
 class DispatchTarget(NamedTuple):
-    """A ready list to fill (one queue, or one partition of it), and how many events the
-    local consumer taking from it holds at most (its parallelism; times the batch size for
-    a batch handler)."""
+    """A ready list to fill (one queue, or one partition of it), how many events the local
+    consumer taking from it holds at most (its parallelism; times the batch size for a batch
+    handler) and how many one of its claims takes (1; a batch for a batch handler)."""
 
     store: QueueStore
     in_hand: int
+    one_claim: int
     settings_lost: Callable[[float], None] | None = None
     """Called with the time (monotonic) the dispatch was sent when it found the type's
     settings gone from the server (nothing is dispatched until they are recorded again and
@@ -239,22 +240,22 @@ class Dispatcher:
     def _call(self, target: DispatchTarget) -> DispatchCall:
         config = self._config
         return DispatchCall(
-            batch_size=self._call_size(target.in_hand),
+            batch_size=self._call_size(target),
             lease_ms=config.lease_ms,
             max_attempts=config.retry_attempts,
             # Two calls' worth for a consumer that takes more at once than a batch (a batch
             # handler): its claims then find a whole batch waiting.
-            ready_capacity=2 * max(config.scheduling_batch_size, target.in_hand),
+            ready_capacity=2 * max(config.scheduling_batch_size, target.one_claim),
             check_recorded=target.settings_lost is not None,
         )
 
-    def _call_size(self, in_hand: int) -> int:
+    def _call_size(self, target: DispatchTarget) -> int:
         """Most events one dispatch call moves to a ready list that a local consumer holding
-        up to `in_hand` events takes from (see CLAIMS_PER_CALL): at most a scheduling batch,
-        unless the consumer takes more at once (a batch handler's claim takes a batch)."""
+        up to `target.in_hand` events takes from (see CLAIMS_PER_CALL): at most a scheduling
+        batch, unless one claim takes more (a batch handler's claim takes a batch)."""
         return min(
-            max(self._config.scheduling_batch_size, in_hand),
-            max(SMALLEST_CALL, CLAIMS_PER_CALL * in_hand),
+            max(self._config.scheduling_batch_size, target.one_claim),
+            max(SMALLEST_CALL, CLAIMS_PER_CALL * target.in_hand),
         )
 
     def _set_type_aside(self, store: QueueStore, error: ResponseError) -> float:

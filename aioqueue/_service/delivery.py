@@ -260,7 +260,9 @@ class Delivery:
         for event_type, registration in self._registrations.items():
             settings_lost = functools.partial(self._recording.settings_lost, registration)
             for store in self._runtime.queues.queue(event_type).stores:
-                yield DispatchTarget(store, registration.in_hand, settings_lost)
+                yield DispatchTarget(
+                    store, registration.in_hand, registration.one_claim, settings_lost
+                )
 
 
 def _check_handler(event_class: type[Event], handler: object) -> None:

@@ -42,7 +42,12 @@ class Registration:
     @property
     def in_hand(self) -> int:
         """The most events its consumer holds: its parallelism, times a batch's size."""
-        return self.parallelism * (self.batching.max_size if self.batching else 1)
+        return self.parallelism * self.one_claim
+
+    @property
+    def one_claim(self) -> int:
+        """The most events one claim of its consumer takes: a batch, or one event."""
+        return self.batching.max_size if self.batching else 1
 
 
 class Recording:
