@@ -29,6 +29,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
+from common import reset_server
+
 from aioqueue.testing import EmbeddedServer
 
 HERE = Path(__file__).resolve().parent
@@ -60,6 +63,8 @@ def run(tree: Path, scenario: str, args: argparse.Namespace, url: str) -> dict[s
     """One scenario run of `tree`'s system_aioqueue.py; its result."""
     command = [sys.executable, str(tree / "benchmarks" / "system_aioqueue.py"), scenario]
     command += ["--url", url, "--events", str(args.events), "--spread", str(args.spread)]
+    if args.variant:
+        command += ["--variant", args.variant]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(
         command, cwd=tree / "benchmarks", env=env, capture_output=True, text=True, timeout=600
@@ -79,6 +84,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--spread", type=float, default=5.0, help="seconds (lateness)")
+    parser.add_argument("--variant", default="", help="of system_aioqueue.py, e.g. sync_handler")
     args = parser.parse_args(argv)
     scenarios = args.scenarios.split(",")
     with tempfile.TemporaryDirectory(prefix="aioqueue-compare-") as scratch:
@@ -89,10 +95,16 @@ def main(argv: Sequence[str]) -> int:
                 order = ["base", "head"] if round_number % 2 == 0 else ["head", "base"]
                 for scenario in scenarios:
                     for side in order:
+                        # Every run on an empty server: the enqueue scenario's events (an
+                        # hour ahead) would otherwise hold the ids a drain enqueues next.
+                        anyio.run(reset_server, server.url)
                         result = run(trees[side], scenario, args, server.url)
                         results.setdefault((scenario, side), []).append(result)
                         print(f"round {round_number + 1} {scenario} {side}: done", file=sys.stderr)
-    print(f"aioqueue {args.base} (base) against {args.head} (head), medians of {args.rounds}")
+    variant = f", variant {args.variant}" if args.variant else ""
+    print(
+        f"aioqueue {args.base} (base) against {args.head} (head){variant}, medians of {args.rounds}"
+    )
     for scenario in scenarios:
         for key, unit, higher_is_better in METRICS[scenario]:
             base = statistics.median(r[key] for r in results[scenario, "base"])

@@ -2,9 +2,10 @@
 
     benchmarks/run.sh --profile [--quick]
 
-Three aioqueue runs against one embedded server, each under `py-spy record --native`:
-enqueue with 32 calls in flight, a worker draining due events, and the worker process of the
-lateness scenario (the dispatcher's hot path). For each run it writes the collapsed stacks to
+Five aioqueue runs against one embedded server, each under `py-spy record --native`:
+enqueue with 32 calls in flight, a worker draining due events (through a handler of one
+event, a batch handler, and a sync handler), and the worker process of the lateness
+scenario (the dispatcher's hot path). For each run it writes the collapsed stacks to
 `results/profiles/<name>.txt` (speedscope.app and flamegraph.pl open them) and prints where
 the sampled CPU time of the process went, and what the server spent on each Lua script
 (SLOWLOG with a low threshold, so every script call is logged with its duration).
@@ -67,6 +68,18 @@ def runs(quick: bool) -> list[Run]:
             "drain",
             f"drain: one worker handling {events:,} due events (enqueued before it starts)",
             ["drain-worker", "--events", str(events)],
+            due_events=events,
+        ),
+        Run(
+            "drain-batch",
+            f"drain: one worker's batch handler (500, 10 ms) handling {events:,} due events",
+            ["drain-worker", "--events", str(events), "--variant", "batch"],
+            due_events=events,
+        ),
+        Run(
+            "drain-sync",
+            f"drain: one worker's sync (def) handler, parallelism 10, {events:,} due events",
+            ["drain-worker", "--events", str(events), "--variant", "sync_handler"],
             due_events=events,
         ),
         Run(
@@ -356,7 +369,9 @@ def describe(found: JsonDict) -> Iterator[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes")
-    parser.add_argument("--only", help="comma-separated run names: enqueue,drain,lateness")
+    parser.add_argument(
+        "--only", help="comma-separated run names: enqueue,drain,drain-batch,drain-sync,lateness"
+    )
     parser.add_argument("--results", type=pathlib.Path, default=HERE / "results")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy", path=str(pathlib.Path(sys.executable).parent))

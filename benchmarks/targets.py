@@ -397,6 +397,7 @@ def render_targets(checks: Sequence[JsonDict]) -> str:
     titles = {
         3: "issue 3 targets for aioqueue (medians over repeats; peers: arq and saq):",
         27: "issue 27 targets for aioqueue (medians over repeats; every peer):",
+        43: "issue 43 targets for aioqueue's batch handlers (medians over repeats):",
     }
     lines: list[str] = []
     for issue, title in titles.items():

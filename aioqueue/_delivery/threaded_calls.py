@@ -21,6 +21,7 @@ its outcome as usual.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import inspect
@@ -111,23 +112,24 @@ class ThreadedCalls:
                 lease.started = started
             outcome: ThreadedResult | None = None
             error: Exception | None = None
+            # A timer rather than a watching task: a task and its task group per call cost
+            # more than the thread hop itself, on the loop every other handler shares.
+            overrun_warning = asyncio.get_running_loop().call_later(
+                self._timeout, self._warn_at_timeout, leases
+            )
             # Shielded: the thread runs on whatever happens to this task, and its outcome is
             # settled like any other, even when its service cuts its handlers off as it
             # stops (which then waits for it, its lease renewed, see Consumer.cut_off).
             with anyio.CancelScope(shield=True):
-                async with anyio.create_task_group() as overrun_watch:
-                    overrun_watch.start_soon(self._warn_at_timeout, leases)
-                    try:
-                        value = await anyio.to_thread.run_sync(
-                            context.run, self._handler, argument, limiter=self._unbounded
-                        )
-                        outcome = ThreadedResult(value)
-                    # Caught inside the task group and raised after it: raised inside, the
-                    # handler's error would leave wrapped in an exception group.
-                    except Exception as exc:
-                        error = exc
-                    finally:
-                        overrun_watch.cancel_scope.cancel()
+                try:
+                    value = await anyio.to_thread.run_sync(
+                        context.run, self._handler, argument, limiter=self._unbounded
+                    )
+                    outcome = ThreadedResult(value)
+                except Exception as exc:
+                    error = exc
+                finally:
+                    overrun_warning.cancel()
         finally:
             self._limiter.release()
         if error is not None:
@@ -138,8 +140,7 @@ class ThreadedCalls:
             outcome.overran = elapsed
         return outcome
 
-    async def _warn_at_timeout(self, leases: Sequence[Lease]) -> None:
-        await anyio.sleep(self._timeout)
+    def _warn_at_timeout(self, leases: Sequence[Lease]) -> None:
         envelope = leases[0].envelope
         logger.warning(
             "sync handler %s has run %g s on %s %r (attempt %d)%s, past the handler timeout: "
