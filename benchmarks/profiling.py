@@ -2,11 +2,12 @@
 
     benchmarks/run.sh --profile [--quick]
 
-Five aioqueue runs against one embedded server, each under `py-spy record --native`:
-enqueue with 32 calls in flight, a worker draining due events (through a handler of one
-event, a batch handler, and a sync handler), and the worker process of the lateness
-scenario (the dispatcher's hot path). For each run it writes the collapsed stacks to
-`results/profiles/<name>.txt` (speedscope.app and flamegraph.pl open them) and prints where
+Six aioqueue runs against one embedded server, each under `py-spy record --native`:
+enqueue with 32 calls in flight (of the benchmark's event, and of a realistic one), a
+worker draining due events (through a handler of one event, a batch handler, and a sync
+handler), and the worker process of the lateness scenario (the dispatcher's hot path). For
+each run it writes the collapsed stacks to `results/profiles/<name>.txt` (speedscope.app and
+flamegraph.pl open them) and prints where
 the sampled CPU time of the process went, and what the server spent on each Lua script
 (SLOWLOG with a low threshold, so every script call is logged with its duration).
 """
@@ -63,6 +64,11 @@ def runs(quick: bool) -> list[Run]:
             "enqueue",
             f"enqueue: {events:,} events an hour ahead, 32 calls in flight",
             ["enqueue", "--events", str(events)],
+        ),
+        Run(
+            "enqueue-realistic",
+            f"enqueue: {events:,} realistic events (8 fields) an hour ahead, 32 in flight",
+            ["enqueue", "--events", str(events), "--variant", "realistic"],
         ),
         Run(
             "drain",
@@ -370,7 +376,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes")
     parser.add_argument(
-        "--only", help="comma-separated run names: enqueue,drain,drain-batch,drain-sync,lateness"
+        "--only",
+        help="comma-separated run names: enqueue, enqueue-realistic, drain, drain-batch, "
+        "drain-sync, lateness",
     )
     parser.add_argument("--results", type=pathlib.Path, default=HERE / "results")
     args = parser.parse_args()

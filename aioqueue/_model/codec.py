@@ -12,6 +12,7 @@ import dataclasses
 import math
 import re
 import typing
+import weakref
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as quoted  # C; a JSON string, non-ASCII kept
 from typing import Any
@@ -80,7 +81,7 @@ class EventCodec:
         # JSON has no NaN or infinity: orjson writes them as null, which a `float` field
         # refuses at delivery and a `float | None` one reads as None, the value lost either
         # way. Only a payload with a null can hold one, so the common case costs one search.
-        if b"null" in payload:
+        if b"null" in payload and _holds_non_finite(event):
             path = _non_finite_path(event)
             if path is not None:
                 raise InvalidEventError(
@@ -239,6 +240,26 @@ def _pydantic_fields(event: Event) -> dict[str, Any]:
     return fields
 
 
+def _holds_non_finite(value: Any, depth: int = 0) -> bool:
+    """Whether an event holds a NaN or infinite float anywhere: the walk of _non_finite_path
+    without the paths, which it spends most of its time writing (a payload with a None in
+    it, the common case that reaches here, holds none)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if depth > _MAX_DEPTH or value is None or isinstance(value, str | bytes | int):
+        return False
+    if isinstance(value, dict):
+        members: Any = value.values()
+    elif isinstance(value, list | tuple | set | frozenset):
+        members = value
+    else:
+        names = _field_names_of(type(value))
+        if names is None:
+            return False
+        members = (getattr(value, name, None) for name in names)
+    return any(_holds_non_finite(member, depth + 1) for member in members)
+
+
 def _non_finite_path(value: Any, path: str = "$", depth: int = 0) -> str | None:
     """The path of the first NaN or infinite float inside an event, or None."""
     if isinstance(value, float):
@@ -267,12 +288,32 @@ _MAX_DEPTH = 256
 
 def _field_names(value: Any) -> Sequence[str] | None:
     """The fields of a dataclass, Struct or pydantic model instance; None for other values."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [field.name for field in dataclasses.fields(value)]
-    if isinstance(value, msgspec.Struct):
-        return value.__struct_fields__
-    model_fields = getattr(type(value), "model_fields", None)
-    return list(model_fields) if isinstance(model_fields, dict) else None
+    return None if isinstance(value, type) else _field_names_of(type(value))
+
+
+# A class's fields do not change, and reading them was most of a walk's cost. Weak keys:
+# event classes made at run time (tests, many types) leave with their last reference.
+_FIELD_NAMES: weakref.WeakKeyDictionary[type, tuple[str, ...] | None] = weakref.WeakKeyDictionary()
+
+
+def _field_names_of(cls: type) -> tuple[str, ...] | None:
+    """The fields of a dataclass, Struct or pydantic model class; None for other classes."""
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = _FIELD_NAMES[cls] = _read_field_names(cls)
+        return names
+    except TypeError:  # a class that takes no weak reference: read each time
+        return _read_field_names(cls)
+
+
+def _read_field_names(cls: type) -> tuple[str, ...] | None:
+    if dataclasses.is_dataclass(cls):
+        return tuple(field.name for field in dataclasses.fields(cls))
+    if issubclass(cls, msgspec.Struct):
+        return tuple(cls.__struct_fields__)
+    model_fields = getattr(cls, "model_fields", None)
+    return tuple(model_fields) if isinstance(model_fields, dict) else None
 
 
 def _builtin(value: Any) -> Any:
