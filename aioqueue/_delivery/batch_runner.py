@@ -32,7 +32,7 @@ from aioqueue._transport.recovery import logger
 
 from .handler_runner import Succeeded, _Call, settle_failure
 from .leases import Lease
-from .threaded_calls import ThreadedCalls, is_async_handler, overrun_text
+from .threaded_calls import handler_name_of, overrun_text, threaded_calls_for
 
 __all__ = ["BatchRunner"]
 
@@ -73,15 +73,8 @@ class BatchRunner:
         self._event_class = event_class
         self._handler = handler
         self._config = config
-        self.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
-        self._threaded: ThreadedCalls | None = None
-        if not is_async_handler(handler):
-            self._threaded = ThreadedCalls(
-                handler,
-                handler_name=self.handler_name,
-                limiter=thread_limiter or anyio.to_thread.current_default_thread_limiter(),
-                timeout=config.handler_timeout,
-            )
+        self.handler_name = handler_name_of(handler)
+        self._threaded = threaded_calls_for(handler, config.handler_timeout, thread_limiter)
 
     def stop_waiting(self) -> None:
         """Sync calls waiting for a thread give up (NotStarted): the service is stopping."""

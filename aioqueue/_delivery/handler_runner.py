@@ -23,7 +23,7 @@ from aioqueue._wire.envelope import Envelope, died_at_from_ms
 from .acknowledger import SETTLE_TIMEOUT
 from .handler_timeouts import HandlerTimeouts, TimeoutLane
 from .leases import Lease
-from .threaded_calls import NotStarted, ThreadedCalls, is_async_handler, overrun_text
+from .threaded_calls import NotStarted, handler_name_of, overrun_text, threaded_calls_for
 
 __all__ = [
     "Handler",
@@ -103,17 +103,9 @@ class HandlerRunner:
         self._handler = handler
         self._config = config
         self.timeouts = HandlerTimeouts(config.handler_timeout, on_stuck=self._report_stuck)
-        # A callable object's repr can be long and changing; its class names it well enough.
-        self.handler_name = getattr(handler, "__qualname__", type(handler).__qualname__)
-        self._threaded: ThreadedCalls | None = None
+        self.handler_name = handler_name_of(handler)
+        self._threaded = threaded_calls_for(handler, config.handler_timeout, thread_limiter)
         """Set for a sync handler: its calls run in threads, outside the timeout lanes."""
-        if not is_async_handler(handler):
-            self._threaded = ThreadedCalls(
-                handler,
-                handler_name=self.handler_name,
-                limiter=thread_limiter or anyio.to_thread.current_default_thread_limiter(),
-                timeout=config.handler_timeout,
-            )
 
     def stop_waiting(self) -> None:
         """Sync calls waiting for a thread give up (NotStarted): the service is stopping."""

@@ -37,7 +37,15 @@ from aioqueue._transport.recovery import logger
 
 from .leases import Lease
 
-__all__ = ["NotStarted", "ThreadedCalls", "ThreadedResult", "is_async_handler", "overrun_text"]
+__all__ = [
+    "NotStarted",
+    "ThreadedCalls",
+    "ThreadedResult",
+    "handler_name_of",
+    "is_async_handler",
+    "overrun_text",
+    "threaded_calls_for",
+]
 
 
 class NotStarted(Exception):
@@ -53,6 +61,29 @@ def is_async_handler(handler: object) -> bool:
         return True
     call = getattr(handler, "__call__", None)  # noqa: B004 - the method itself is inspected
     return call is not None and inspect.iscoroutinefunction(call)
+
+
+def handler_name_of(handler: object) -> str:
+    """How logs name a handler: a callable object's repr can be long and changing, its class
+    names it well enough."""
+    return str(getattr(handler, "__qualname__", type(handler).__qualname__))
+
+
+def threaded_calls_for(
+    handler: Callable[[Any], object],
+    timeout: float,
+    thread_limiter: anyio.CapacityLimiter | None,
+) -> ThreadedCalls | None:
+    """The threads a sync handler's calls run in (the service's `thread_limiter`, or anyio's
+    default one); None for an async handler, which runs on the loop."""
+    if is_async_handler(handler):
+        return None
+    return ThreadedCalls(
+        handler,
+        handler_name=handler_name_of(handler),
+        limiter=thread_limiter or anyio.to_thread.current_default_thread_limiter(),
+        timeout=timeout,
+    )
 
 
 @dataclass(slots=True)
