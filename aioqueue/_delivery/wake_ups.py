@@ -55,6 +55,8 @@ class WakeUps:
         self._wake_channels: dict[str, str] = {}
         """Wake channel -> schedule key, of the queues dispatched."""
         self._subscriber = Subscriber(client, self._heard, self._resubscribed)
+        self._channels_update: asyncio.Handle | None = None
+        """The recomputation of the channels, while one is due (see _update_channels)."""
 
     def ready_event(self, store: QueueStore) -> asyncio.Event:
         """The event that is set when `store`'s ready list may hold deliveries: its taker
@@ -83,12 +85,26 @@ class WakeUps:
         self._update_channels()
 
     def _update_channels(self) -> None:
+        """Recomputes the channels once the current step of the loop is over: a service that
+        adds a thousand handlers in one go then reads its queues once, not once per handler
+        (which was quadratic, and held the loop for half a second at a thousand types)."""
+        if self._channels_update is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a handler removed after the service stopped): now
+            self._apply_channels()
+            return
+        self._channels_update = loop.call_soon(self._apply_channels)
+
+    def _apply_channels(self) -> None:
+        self._channels_update = None
         self._wake_channels = {store.keys.wake: store.keys.schedule for store in self._dispatched()}
         self._subscriber.set_channels(frozenset((*self._wake_channels, *self._ready)))
 
     async def run(self) -> None:
         """Listens and sweeps until cancelled."""
-        self._update_channels()
+        self._apply_channels()
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self._subscriber.run)
             await self._sweep_forever()

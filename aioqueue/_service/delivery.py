@@ -38,6 +38,9 @@ class Delivery:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._registrations: dict[str, Registration] = {}
+        self._targets: list[DispatchTarget] | None = None
+        """What the dispatcher fills, made once per change of the handlers: it reads them on
+        every pass, and with a thousand types making them was a fifth of the process's time."""
         self._leases = Leases(runtime.client, runtime.config.lease_ms)
         self._recording = Recording(runtime, self._registrations.get, self.wake_dispatcher)
         # Made when the service starts: anyio's primitives need a running event loop, and a
@@ -80,6 +83,7 @@ class Delivery:
             )
         registration = Registration(event_class, event_type, handler, parallelism, batching)
         self._registrations[event_type] = registration
+        self._targets = None
         if self._runtime.running:
             self._start_consumer(registration)
             assert self._wake_ups is not None
@@ -91,6 +95,7 @@ class Delivery:
         registration = self._registrations.pop(event_type_name(event_class), None)
         if registration is None:
             return False
+        self._targets = None
         if registration.consumer is not None:
             registration.consumer.stop_taking()
         if self._wake_ups is not None:
@@ -256,13 +261,19 @@ class Delivery:
         for event_type in self._registrations:
             yield from self._runtime.queues.queue(event_type).stores
 
-    def _dispatch_targets(self) -> Iterator[DispatchTarget]:
-        for event_type, registration in self._registrations.items():
-            settings_lost = functools.partial(self._recording.settings_lost, registration)
-            for store in self._runtime.queues.queue(event_type).stores:
-                yield DispatchTarget(
-                    store, registration.in_hand, registration.one_claim, settings_lost
+    def _dispatch_targets(self) -> list[DispatchTarget]:
+        if self._targets is None:
+            self._targets = [
+                DispatchTarget(
+                    store,
+                    registration.in_hand,
+                    registration.one_claim,
+                    functools.partial(self._recording.settings_lost, registration),
                 )
+                for event_type, registration in self._registrations.items()
+                for store in self._runtime.queues.queue(event_type).stores
+            ]
+        return self._targets
 
 
 def _check_handler(event_class: type[Event], handler: object) -> None:
