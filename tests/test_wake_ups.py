@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from aioqueue import EventService, EventServiceBuilder
 from aioqueue._delivery import dispatcher as dispatcher_module
 from aioqueue._transport.client import RedisClient, client_from_url
-from aioqueue._wire.store import DispatchCall, DispatchResult, QueueStore, dispatch_queues
+from aioqueue._wire.keys import QueueKeys
+from aioqueue._wire.store import (
+    PEEK_CHUNK,
+    DispatchCall,
+    DispatchResult,
+    QueueStore,
+    dispatch_queues,
+    peek_queues,
+)
 from tests.support import PaymentCheck, Recorder
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
@@ -98,3 +108,43 @@ async def test_a_full_batch_is_followed_by_the_next_at_once(service_builder: Bui
         service.add_handler(PaymentCheck, handler, parallelism=20)
         await handler.wait_for(200, within=4)
     assert time.monotonic() - started < 1.0
+
+
+async def test_a_sweep_reads_many_queues_per_call_and_passes_over_an_unreadable_one(
+    redis_client: RedisClient,
+) -> None:
+    """peek.lua reads a chunk of queues in one call on one server (one per call on a
+    cluster, whose calls keep to one slot): 600 queues, one with an event due at a known
+    time and one with a string where its ready list should be, each read as it is, the
+    unreadable one as None, and the server told of no more calls than the chunks."""
+    stores = [
+        QueueStore(redis_client, QueueKeys.for_type("sweep", f"Many{n}"), f"Many{n}")
+        for n in range(600)
+    ]
+    due_ms = 4_102_444_800_000  # 2100-01-01
+    await redis_client.zadd(stores[7].keys.schedule, {"e-1": due_ms})
+    await redis_client.rpush(stores[7].keys.ready, "x", "y")
+    await redis_client.set(stores[300].keys.ready, "not a list")
+    await peek_queues(redis_client, stores[:1])  # the Lua code loaded before counting
+    before = await peek_calls(redis_client)
+    peeks = await peek_queues(redis_client, stores)
+    calls = await peek_calls(redis_client) - before
+    assert peeks[300] is None
+    seven = peeks[7]
+    assert seven is not None
+    assert (seven.earliest_due_ms, seven.ready_length) == (due_ms, 2)
+    assert all(p is not None and p.earliest_due_ms is None for p in peeks[8:300])
+    assert len(peeks) == 600
+    if not isinstance(redis_client, RedisCluster):  # a cluster: a call per queue
+        assert calls == -(-600 // PEEK_CHUNK)
+
+
+async def peek_calls(client: RedisClient) -> int:
+    """Script calls the server has run (as functions or scripts) since it started."""
+    return _fcalls(await client.info("commandstats"))
+
+
+def _fcalls(stats: dict[str, Any]) -> int:
+    return sum(
+        int(stats[name]["calls"]) for name in ("cmdstat_fcall", "cmdstat_evalsha") if name in stats
+    )

@@ -1,13 +1,26 @@
--- What waits in one queue, for a service's sweep (aioqueue/_delivery/wake_ups.py): it looks
--- at every queue it dispatches or consumes now and then, in one pipeline, so that work whose
--- wake-up it did not hear (a producer that publishes none, a subscription that was down) is
--- found within a scheduling interval. Reads only.
--- KEYS[1] schedule   KEYS[2] ready
--- Returns {server now ms, earliest score in the schedule or -1, ready list length}.
-local schedule, ready = KEYS[1], KEYS[2]
-local first = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
-local earliest = -1
-if first[2] and is_time(tonumber(first[2])) then
-  earliest = tonumber(first[2])
+-- What waits in queues, for a service's sweep (aioqueue/_delivery/wake_ups.py): it looks at
+-- every queue it dispatches or consumes now and then, so that work whose wake-up it did not
+-- hear (a producer that publishes none, a subscription that was down) is found within a
+-- scheduling interval. One call reads many queues (on one server; on a cluster, the queues of
+-- one slot), so that a sweep of a thousand queues is a few commands, not a thousand. Reads only.
+-- KEYS[2n-1] the schedule of queue n   KEYS[2n] its ready list
+-- Returns {server now ms, then per queue: earliest score in its schedule or -1 (empty), or -2
+-- when the server refuses to read its keys (written by hand with the wrong type: its dispatch
+-- says so), and its ready list's length}.
+local replies = {server_time_ms()}
+for n = 1, #KEYS, 2 do
+  local first = redis.pcall('ZRANGE', KEYS[n], 0, 0, 'WITHSCORES')
+  local length = redis.pcall('LLEN', KEYS[n + 1])
+  if first.err or type(length) ~= 'number' then
+    replies[#replies + 1] = -2
+    replies[#replies + 1] = 0
+  else
+    local earliest = -1
+    if first[2] and is_time(tonumber(first[2])) then
+      earliest = tonumber(first[2])
+    end
+    replies[#replies + 1] = earliest
+    replies[#replies + 1] = length
+  end
 end
-return {server_time_ms(), earliest, redis.call('LLEN', ready)}
+return replies
