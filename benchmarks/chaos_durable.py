@@ -5,7 +5,7 @@ of the chaos run is a failover, and replication is asynchronous: a master can di
 its replicas never got. An enqueue made with `durability(replicas=N)` returns only once the
 replicas have its events, so whatever such an enqueue acknowledged must survive the
 failover. This module checks that under the whole of the chaos, not in a staged failover
-only (tests/test_durability_failover.py stages one):
+only (tests/faults/test_durability_failover.py stages one):
 
 - Producers in the driver process enqueue main events (ids `durable-N`, due DUE_IN_S later)
   one after another from PRODUCERS tasks at a steady total rate, from the moment the window

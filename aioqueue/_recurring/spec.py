@@ -102,7 +102,7 @@ class ScheduleSpec:
                 tick -= self.every_ms
         assert self.cron is not None
         # cronsim walks back with the same DST rules as forward (checked on both change days
-        # of Europe/Paris in tests/test_catch_up.py).
+        # of Europe/Paris in tests/recurring/test_catch_up.py).
         for moment in CronSim(self.cron, self.tick_time(at_ms + 1), reverse=True):
             yield round(moment.timestamp() * 1000)
 

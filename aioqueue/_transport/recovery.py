@@ -64,7 +64,7 @@ class ErrorBackoff:
     instant, while none sleeps longer than the bound.
 
     The cap is how late a loop may find a server that is back: with 5 s, delivery resumed 1.4 s
-    after a Sentinel failover of about 1.8 s had ended (tests/test_sentinel_failover.py: the
+    after a Sentinel failover of about 1.8 s had ended (tests/faults/test_sentinel_failover.py: the
     loops were in their 1.6 s sleep; 0.8 s with 1 s), and up to 5 s after a long one. A try a
     second against a server that is down costs it nothing worth saving.
 

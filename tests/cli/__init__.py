@@ -1,0 +1,1 @@
+"""The `aioqueue` command (aioqueue/_cli): each command as a real process, the demo, `./dev`."""

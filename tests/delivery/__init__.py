@@ -1,0 +1,1 @@
+"""Delivery (aioqueue/_delivery): dispatch, claims, leases, handlers, flow control, wake-ups."""

@@ -1,0 +1,1 @@
+"""Runs under faults, apart from the rest: the chaos run, kills, failovers, resharding."""

@@ -1,0 +1,1 @@
+"""The HTTP API and the dashboard (aioqueue/http), through a real `aioqueue serve`."""

@@ -1,0 +1,1 @@
+"""Django, Flask, Prometheus and OpenTelemetry (aioqueue/django.py, prometheus.py, tracing.py)."""

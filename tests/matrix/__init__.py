@@ -1,0 +1,1 @@
+"""The server matrix itself (tests/support/server_matrix.py and `--servers`)."""

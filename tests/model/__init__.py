@@ -1,0 +1,1 @@
+"""Event classes and their values (aioqueue/_model): definitions, typed values, backoff."""

@@ -1,0 +1,2 @@
+"""Producing (aioqueue/_producing, aioqueue/_sync): enqueues, the coalescer, durability,
+SyncProducer."""

@@ -1,0 +1,2 @@
+"""The project around the package: docs, examples, packaging, workflows, deploy kit, layout,
+linters."""

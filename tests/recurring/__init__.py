@@ -1,0 +1,1 @@
+"""Recurring schedules (aioqueue/_recurring) and their operator side."""

@@ -1,0 +1,1 @@
+"""aioqueue.spark against real Spark: classic, standalone and Spark Connect sessions."""

@@ -1,0 +1,1 @@
+"""Transport (aioqueue/_transport): connections, Sentinel, the cluster, steps, recovery, access."""

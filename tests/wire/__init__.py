@@ -1,0 +1,1 @@
+"""The wire format (aioqueue/_wire): keys, envelopes, schemas, the type registry, hostile data."""
