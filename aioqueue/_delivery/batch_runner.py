@@ -23,7 +23,6 @@ from typing import Any
 import anyio
 
 from aioqueue._model.batches import BatchHandler
-from aioqueue._model.config import ServiceConfig
 from aioqueue._model.delivery import Delivery, delivery_under_way
 from aioqueue._model.errors import OutsideHandlerError, PayloadDecodeError
 from aioqueue._model.event import Event
@@ -32,7 +31,8 @@ from aioqueue._transport.recovery import logger
 
 from .handler_runner import Succeeded, _Call, settle_failure
 from .leases import Lease
-from .threaded_calls import handler_name_of, overrun_text, threaded_calls_for
+from .runner_base import Runner
+from .threaded_calls import overrun_text
 
 __all__ = ["BatchRunner"]
 
@@ -56,30 +56,9 @@ class _BatchCall:
         return [call.delivery() for call in self.calls]
 
 
-class BatchRunner:
+class BatchRunner(Runner[BatchHandler]):
     """Runs one event type's batch handler on lists of deliveries. Failures are settled
     here; successes are handed back, for the consumer to acknowledge."""
-
-    def __init__(
-        self,
-        *,
-        event_type: str,
-        event_class: type[Event],
-        handler: BatchHandler,
-        config: ServiceConfig,
-        thread_limiter: anyio.CapacityLimiter | None = None,
-    ) -> None:
-        self._event_type = event_type
-        self._event_class = event_class
-        self._handler = handler
-        self._config = config
-        self.handler_name = handler_name_of(handler)
-        self._threaded = threaded_calls_for(handler, config.handler_timeout, thread_limiter)
-
-    def stop_waiting(self) -> None:
-        """Sync calls waiting for a thread give up (NotStarted): the service is stopping."""
-        if self._threaded is not None:
-            self._threaded.stop_waiting()
 
     async def run(self, leases: Sequence[Lease]) -> list[Succeeded]:
         """Handles the claimed attempts in one call of the handler; returns those that
@@ -130,21 +109,9 @@ class BatchRunner:
         for lease in leases:
             envelope = lease.envelope
             try:
-                if envelope.event_type != self._event_type:
-                    raise PayloadDecodeError(
-                        f"envelope names event type {envelope.event_type!r} "
-                        f"but sits in the queue of {self._event_type!r}"
-                    )
-                event = self._config.serializer.decode(
-                    self._event_class, envelope.id, envelope.payload
-                )
+                event = self._decode(envelope)
             except PayloadDecodeError as exc:
-                logger.error(
-                    "%s %r cannot be decoded, moving it to the dead letters: %s",
-                    envelope.event_type,
-                    envelope.id,
-                    exc,
-                )
+                self._log_undecodable(envelope, exc)
                 buried.append((lease, str(exc)))
                 continue
             events.append(event)
@@ -202,9 +169,6 @@ class BatchRunner:
     @property
     def _timeout(self) -> float:
         return self._config.handler_timeout
-
-    def _timed_out(self, attempt: int) -> str:
-        return f"the handler did not finish within {self._timeout:g} s on attempt {attempt}"
 
     def _errors_of(self, result: object, leases: list[Lease]) -> list[str | None]:
         """Each event's error text for what the handler returned (None: a success)."""

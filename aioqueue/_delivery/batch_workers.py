@@ -14,56 +14,25 @@ from aioqueue._model.batches import Batching
 from .batch_runner import BatchRunner
 from .handler_runner import NotStarted, Succeeded
 from .handoff import Handoff
-from .leases import Leases
-from .slots import SlotPool
-from .takers import Claim, Partition, Takers
-from .worker_returns import Returns
+from .takers import Claim, Partition
+from .worker_base import WorkerParts, Workers
 
 __all__ = ["BatchWorkers"]
 
 
-class BatchWorkers:
+class BatchWorkers(Workers[BatchRunner]):
     """Runs a batch handler on the claims a consumer's takers hand over."""
 
     def __init__(
-        self,
-        runner: BatchRunner,
-        *,
-        parallelism: int,
-        batching: Batching,
-        slots: SlotPool,
-        leases: Leases,
-        takers: Takers,
-        returns: Returns,
+        self, runner: BatchRunner, parts: WorkerParts, *, parallelism: int, batching: Batching
     ) -> None:
-        self.runner = runner
-        self.parallelism = parallelism
+        super().__init__(runner, parts, parallelism=parallelism)
         self._batching = batching
-        self._slots = slots
-        self._leases = leases
-        self._takers = takers
-        self._returns = returns
-
-    @property
-    def slot_count(self) -> int:
-        """Events in hand at most: a whole batch per worker."""
-        return self.parallelism * self._batching.max_size
-
-    @property
-    def handler_name(self) -> str:
-        return self.runner.handler_name
-
-    def report_success(self, succeeded: Succeeded) -> None:
-        self.runner.report_success(succeeded)
-
-    def stop_waiting(self) -> None:
-        self.runner.stop_waiting()
 
     def warn_of_threads(self) -> None:
         """The thread of a sync batch handler warns of itself (threaded_calls.py)."""
 
     async def run(self, claims: Handoff[Claim | None]) -> None:
-        """Runs the workers until each has taken a None (the takers have stopped)."""
         async with anyio.create_task_group() as workers:
             for _ in range(self.parallelism):
                 workers.start_soon(self._work, claims)

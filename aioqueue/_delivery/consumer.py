@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any
 
 import anyio
 
@@ -24,30 +24,10 @@ from .handoff import Handoff
 from .leases import Leases
 from .slots import SlotPool
 from .takers import Claim, Partition, Takers
+from .worker_base import WorkerParts, Workers
 from .worker_returns import Returns
 
 __all__ = ["Consumer"]
-
-
-class _Workers(Protocol):
-    """The workers of one kind of handler (event_workers.py, batch_workers.py)."""
-
-    @property
-    def slot_count(self) -> int: ...
-
-    @property
-    def parallelism(self) -> int: ...
-
-    @property
-    def handler_name(self) -> str: ...
-
-    async def run(self, claims: Handoff[Claim | None]) -> None: ...
-
-    def report_success(self, succeeded: Succeeded) -> None: ...
-
-    def stop_waiting(self) -> None: ...
-
-    def warn_of_threads(self) -> None: ...
 
 
 class Consumer:
@@ -118,8 +98,9 @@ class Consumer:
         parallelism: int,
         thread_limiter: anyio.CapacityLimiter | None,
         batching: Batching | None,
-    ) -> _Workers:
+    ) -> Workers[Any]:
         config = self._config
+        parts = WorkerParts(self._slots, self._leases, self._takers, self._returns)
         if batching is None:
             runner = HandlerRunner(
                 event_type=event_type,
@@ -128,14 +109,7 @@ class Consumer:
                 config=config,
                 thread_limiter=thread_limiter,
             )
-            return EventWorkers(
-                runner,
-                parallelism=parallelism,
-                slots=self._slots,
-                leases=self._leases,
-                takers=self._takers,
-                returns=self._returns,
-            )
+            return EventWorkers(runner, parts, parallelism=parallelism)
         batch_runner = BatchRunner(
             event_type=event_type,
             event_class=event_class,
@@ -143,15 +117,7 @@ class Consumer:
             config=config,
             thread_limiter=thread_limiter,
         )
-        return BatchWorkers(
-            batch_runner,
-            parallelism=parallelism,
-            batching=batching,
-            slots=self._slots,
-            leases=self._leases,
-            takers=self._takers,
-            returns=self._returns,
-        )
+        return BatchWorkers(batch_runner, parts, parallelism=parallelism, batching=batching)
 
     def _report_success(self, succeeded: Succeeded) -> None:
         self._workers.report_success(succeeded)

@@ -13,55 +13,23 @@ import anyio
 
 from aioqueue._transport.recovery import logger
 
-from .handler_runner import HandlerRunner, NotStarted, Succeeded
+from .handler_runner import HandlerRunner, NotStarted
 from .handler_timeouts import TimeoutLane
 from .handoff import Handoff
-from .leases import Leases
-from .slots import SlotPool
-from .takers import Claim, Takers
-from .worker_returns import Returns
+from .takers import Claim
+from .worker_base import WorkerParts, Workers
 
 __all__ = ["EventWorkers"]
 
 
-class EventWorkers:
+class EventWorkers(Workers[HandlerRunner]):
     """Runs a handler of one event on the claims a consumer's takers hand over."""
 
-    def __init__(
-        self,
-        runner: HandlerRunner,
-        *,
-        parallelism: int,
-        slots: SlotPool,
-        leases: Leases,
-        takers: Takers,
-        returns: Returns,
-    ) -> None:
-        self.runner = runner
-        self.parallelism = parallelism
-        self._slots = slots
-        self._leases = leases
-        self._takers = takers
-        self._returns = returns
+    def __init__(self, runner: HandlerRunner, parts: WorkerParts, *, parallelism: int) -> None:
+        super().__init__(runner, parts, parallelism=parallelism)
         self._lanes: list[TimeoutLane] = []
 
-    @property
-    def slot_count(self) -> int:
-        """Events in hand at most: one per worker."""
-        return self.parallelism
-
-    @property
-    def handler_name(self) -> str:
-        return self.runner.handler_name
-
-    def report_success(self, succeeded: Succeeded) -> None:
-        self.runner.report_success(succeeded)
-
-    def stop_waiting(self) -> None:
-        self.runner.stop_waiting()
-
     async def run(self, claims: Handoff[Claim | None]) -> None:
-        """Runs the workers until each has taken a None (the takers have stopped)."""
         async with anyio.create_task_group() as timer:
             timer.start_soon(self.runner.timeouts.run)
             async with anyio.create_task_group() as workers:
@@ -70,7 +38,6 @@ class EventWorkers:
             timer.cancel_scope.cancel()
 
     def warn_of_threads(self) -> None:
-        """Names each sync call that runs on as the service cuts its handlers off."""
         now = time.monotonic()
         for lane in self._lanes:
             call = lane.call

@@ -23,7 +23,8 @@ from aioqueue._wire.envelope import Envelope, died_at_from_ms
 from .acknowledger import SETTLE_TIMEOUT
 from .handler_timeouts import HandlerTimeouts, TimeoutLane
 from .leases import Lease
-from .threaded_calls import NotStarted, handler_name_of, overrun_text, threaded_calls_for
+from .runner_base import Runner
+from .threaded_calls import NotStarted, overrun_text
 
 __all__ = [
     "Handler",
@@ -82,7 +83,7 @@ class Succeeded:
         return self.lease.envelope
 
 
-class HandlerRunner:
+class HandlerRunner(Runner[Handler]):
     """Runs one event type's handler on its deliveries.
 
     Failures are settled here (retry or dead letter, through fail.lua); successes are handed
@@ -98,19 +99,14 @@ class HandlerRunner:
         config: ServiceConfig,
         thread_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
-        self._event_type = event_type
-        self._event_class = event_class
-        self._handler = handler
-        self._config = config
+        super().__init__(
+            event_type=event_type,
+            event_class=event_class,
+            handler=handler,
+            config=config,
+            thread_limiter=thread_limiter,
+        )
         self.timeouts = HandlerTimeouts(config.handler_timeout, on_stuck=self._report_stuck)
-        self.handler_name = handler_name_of(handler)
-        self._threaded = threaded_calls_for(handler, config.handler_timeout, thread_limiter)
-        """Set for a sync handler: its calls run in threads, outside the timeout lanes."""
-
-    def stop_waiting(self) -> None:
-        """Sync calls waiting for a thread give up (NotStarted): the service is stopping."""
-        if self._threaded is not None:
-            self._threaded.stop_waiting()
 
     async def run(self, lease: Lease, lane: TimeoutLane) -> Succeeded | None:
         """Handles one claimed attempt in a worker's `lane` (see HandlerTimeouts, whose run()
@@ -121,12 +117,7 @@ class HandlerRunner:
         try:
             event = self._decode(envelope)
         except PayloadDecodeError as exc:
-            logger.error(
-                "%s %r cannot be decoded, moving it to the dead letters: %s",
-                envelope.event_type,
-                envelope.id,
-                exc,
-            )
+            self._log_undecodable(envelope, exc)
             await self._settle_failure(lease, str(exc), bury=True)
             self.report("dead", envelope, duration=0.0, lateness=lease.claimed_late)
             return None
@@ -186,9 +177,6 @@ class HandlerRunner:
             self.timeouts.timeout,
         )
 
-    def _timed_out(self, attempt: int) -> str:
-        return f"the handler did not finish within {self.timeouts.timeout:g} s on attempt {attempt}"
-
     def report_success(self, succeeded: Succeeded) -> None:
         """Reports a success once it is acknowledged (or once acknowledging it failed)."""
         self.report(
@@ -201,14 +189,6 @@ class HandlerRunner:
         self._config.metrics.event_handled(
             envelope.event_type, outcome, duration=duration, lateness=lateness
         )
-
-    def _decode(self, envelope: Envelope) -> Event:
-        if envelope.event_type != self._event_type:
-            raise PayloadDecodeError(
-                f"envelope names event type {envelope.event_type!r} "
-                f"but sits in the queue of {self._event_type!r}"
-            )
-        return self._config.serializer.decode(self._event_class, envelope.id, envelope.payload)
 
     async def _call_handler(self, event: Event, lane: TimeoutLane, call: _Call) -> str | None:
         """Runs the handler in `lane` (whose scope the timeout cancels); returns None on

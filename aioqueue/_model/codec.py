@@ -81,11 +81,11 @@ class EventCodec:
         # JSON has no NaN or infinity: orjson writes them as null, which a `float` field
         # refuses at delivery and a `float | None` one reads as None, the value lost either
         # way. Only a payload with a null can hold one, so the common case costs one search.
-        if b"null" in payload and _holds_non_finite(event):
+        if b"null" in payload:
             path = _non_finite_path(event)
             if path is not None:
                 raise InvalidEventError(
-                    f"{self.name} {getattr(event, 'id', '?')!r}: {path} is not a finite "
+                    f"{self.name} {getattr(event, 'id', '?')!r}: ${path} is not a finite "
                     "number, which JSON cannot carry (it would arrive as null); use None, "
                     "or a finite float"
                 )
@@ -240,45 +240,29 @@ def _pydantic_fields(event: Event) -> dict[str, Any]:
     return fields
 
 
-def _holds_non_finite(value: Any, depth: int = 0) -> bool:
-    """Whether an event holds a NaN or infinite float anywhere: the walk of _non_finite_path
-    without the paths, which it spends most of its time writing (a payload with a None in
-    it, the common case that reaches here, holds none)."""
+def _non_finite_path(value: Any, depth: int = 0) -> str | None:
+    """The path below `value` of the first NaN or infinite float in it ("" for `value`
+    itself, ".amount" or "[2]" below it), or None. The path is written only on the way back
+    from one found: a payload with a None in it, the common case that is searched, holds none,
+    and writing every member's path was most of the search's time."""
     if isinstance(value, float):
-        return not math.isfinite(value)
+        return None if math.isfinite(value) else ""
     if depth > _MAX_DEPTH or value is None or isinstance(value, str | bytes | int):
-        return False
-    if isinstance(value, dict):
-        members: Any = value.values()
-    elif isinstance(value, list | tuple | set | frozenset):
-        members = value
-    else:
-        names = _field_names_of(type(value))
-        if names is None:
-            return False
-        members = (getattr(value, name, None) for name in names)
-    return any(_holds_non_finite(member, depth + 1) for member in members)
-
-
-def _non_finite_path(value: Any, path: str = "$", depth: int = 0) -> str | None:
-    """The path of the first NaN or infinite float inside an event, or None."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else path
-    if depth > _MAX_DEPTH or isinstance(value, str | bytes | int):
         return None
+    indexed = False
     if isinstance(value, dict):
-        members: Any = ((f"{path}.{key}", item) for key, item in value.items())
+        members: Any = value.items()
     elif isinstance(value, list | tuple | set | frozenset):
-        members = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+        members, indexed = enumerate(value), True
     else:
         names = _field_names(value)
         if names is None:
             return None
-        members = ((f"{path}.{name}", getattr(value, name, None)) for name in names)
-    for member_path, member in members:
-        found = _non_finite_path(member, member_path, depth + 1)
+        members = ((name, getattr(value, name, None)) for name in names)
+    for key, member in members:
+        found = _non_finite_path(member, depth + 1)
         if found is not None:
-            return found
+            return (f"[{key}]" if indexed else f".{key}") + found
     return None
 
 

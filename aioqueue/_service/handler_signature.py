@@ -1,18 +1,26 @@
 """What a handler's signature says about the events it takes.
 
 Registration reads it twice: to refuse a handler whose first parameter is annotated with
-another event class than the one it is added for, and to let the decorator form infer the
-event class from that annotation.
+another event class than the one it is added for, and to let the decorator form
+(`handler_decorator`) infer the event class from that annotation.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from aioqueue._model.errors import HandlerRegistrationError
 from aioqueue._model.event import Event
 
-__all__ = ["annotated_event_class", "handled_event_class"]
+__all__ = ["annotated_event_class", "handled_event_class", "handler_decorator"]
+
+
+class _AddHandler(Protocol):
+    def __call__(
+        self, event_class: type[Event], handler: Callable[..., Any], *, parallelism: int
+    ) -> None: ...
 
 
 def annotated_event_class(handler: object) -> type[Event] | None:
@@ -49,6 +57,24 @@ def handled_event_class(handler: object) -> type[Event]:
             "parameter with the event class, or name the class (@service.handler(PaymentCheck))"
         )
     return event_class
+
+
+def handler_decorator(
+    add_handler: _AddHandler, target: type[Event] | Callable[..., Any] | None, parallelism: int
+) -> Any:
+    """What `@service.handler(...)` stands for: a decorator that registers the function it
+    decorates through `add_handler` and returns it unchanged, or, for a bare
+    `@service.handler` (`target` is the function), the function registered at once."""
+    if target is not None and not isinstance(target, type):
+        add_handler(handled_event_class(target), target, parallelism=parallelism)
+        return target
+    event_class = target
+
+    def register(function: Callable[..., Any]) -> Callable[..., Any]:
+        add_handler(event_class or handled_event_class(function), function, parallelism=parallelism)
+        return function
+
+    return register
 
 
 def _positional_parameters(

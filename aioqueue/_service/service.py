@@ -28,7 +28,7 @@ from aioqueue._wire.envelope import DeadLetter
 from .administration import Administration
 from .builder import EventServiceBuilder
 from .delivery import Delivery
-from .handler_signature import handled_event_class
+from .handler_signature import handler_decorator
 from .health import Health
 from .producing import Producing
 from .runtime import Runtime, ServiceState
@@ -230,20 +230,7 @@ class EventService:
         above the handler registers it exactly as add_handler does and returns it unchanged.
         The event class may be left out when the handler's first parameter is annotated with
         it (`@service.handler(parallelism=4)` or plain `@service.handler`)."""
-        if target is not None and not isinstance(target, type):
-            return self._register_annotated(None, target, parallelism)  # bare @service.handler
-
-        def register(function: F) -> F:
-            return self._register_annotated(target, function, parallelism)
-
-        return register
-
-    def _register_annotated(
-        self, event_class: type[Event] | None, function: F, parallelism: int
-    ) -> F:
-        chosen = event_class or handled_event_class(function)
-        self.add_handler(chosen, function, parallelism=parallelism)
-        return function
+        return handler_decorator(self.add_handler, target, parallelism)
 
     def add_batch_handler(
         self,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.cluster import RedisCluster as SyncRedisCluster
@@ -122,27 +122,24 @@ async def run_steps(client: RedisClient, steps: Steps[R], held: HeldConnection |
 
 
 async def _drive(client: RedisClient, steps: Steps[R], held: HeldConnection | None) -> R:
-    reply: Any = None
-    refusal: ResponseError | None = None
-    try:
-        while True:
+    with _Walk(steps) as walk:
+        for step in walk:
             try:
-                step = steps.send(reply) if refusal is None else steps.throw(refusal)
-            except StopIteration as finished:
-                result: R = finished.value
-                return result
-            refusal = None
-            try:
-                try:
-                    reply = await _send(client, step, held)
-                except MaxConnectionsError:
-                    # Refused before anything was sent: the pool (shared with the
-                    # application) is full for now; wait for a connection to come free.
-                    reply = await retrying_a_full_pool(partial(_send, client, step, held))
+                walk.reply = await _send_when_the_pool_has_room(client, step, held)
             except ResponseError as exc:
-                refusal = exc
-    finally:
-        steps.close()
+                walk.refuse(exc)
+        return walk.result
+
+
+async def _send_when_the_pool_has_room(
+    client: RedisClient, step: Step, held: HeldConnection | None
+) -> Any:
+    try:
+        return await _send(client, step, held)
+    except MaxConnectionsError:
+        # Refused before anything was sent: the pool (shared with the application) is full
+        # for now; wait for a connection to come free.
+        return await retrying_a_full_pool(partial(_send, client, step, held))
 
 
 async def _send(client: RedisClient, step: Step, held: HeldConnection | None) -> Any:
@@ -164,26 +161,52 @@ async def _send(client: RedisClient, step: Step, held: HeldConnection | None) ->
 
 def run_steps_sync(client: SyncRedisClient, steps: Steps[R]) -> R:
     """Runs `steps` on a blocking client (its socket timeout bounds each reply)."""
-    reply: Any = None
-    refusal: ResponseError | None = None
-    try:
-        while True:
+    with _Walk(steps) as walk:
+        for step in walk:
             try:
-                step = steps.send(reply) if refusal is None else steps.throw(refusal)
-            except StopIteration as finished:
-                result: R = finished.value
-                return result
-            refusal = None
-            try:
-                if isinstance(step, Pipeline):
-                    reply = _pipeline_sync(client, step)
-                else:
-                    routing = _routing(client, step)
-                    reply = client.execute_command(*step, **routing)  # type: ignore[no-untyped-call]
+                walk.reply = _send_sync(client, step)
             except ResponseError as exc:
-                refusal = exc
-    finally:
-        steps.close()
+                walk.refuse(exc)
+        return walk.result
+
+
+def _send_sync(client: SyncRedisClient, step: Step) -> Any:
+    if isinstance(step, Pipeline):
+        return _pipeline_sync(client, step)
+    return client.execute_command(*step, **_routing(client, step))  # type: ignore[no-untyped-call]
+
+
+class _Walk(Generic[R]):
+    """One conversation walked step by step, the part both drivers share: iterating yields
+    the steps; each step's `reply` (or its refusal, thrown in at the `yield` that sent it)
+    goes back before the next one; `result` is what the conversation returned. Leaving the
+    `with` closes the generator, so a driver that fails part way runs its `finally` blocks."""
+
+    def __init__(self, steps: Steps[R]) -> None:
+        self._steps = steps
+        self.reply: Any = None
+        self._refusal: ResponseError | None = None
+        self.result: R
+
+    def __enter__(self) -> _Walk[R]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._steps.close()
+
+    def __iter__(self) -> _Walk[R]:
+        return self
+
+    def __next__(self) -> Step:
+        refusal, self._refusal = self._refusal, None
+        try:
+            return self._steps.send(self.reply) if refusal is None else self._steps.throw(refusal)
+        except StopIteration as finished:
+            self.result = finished.value
+            raise
+
+    def refuse(self, refusal: ResponseError) -> None:
+        self._refusal = refusal
 
 
 async def _pipeline(client: RedisClient, step: Pipeline) -> Any:

@@ -28,19 +28,6 @@ PAYLOAD = "_aioqueue_payload"
 DUE_MS = "_aioqueue_due_ms"
 CONTEXT = "_aioqueue_context_{}"
 
-# Types that Spark's to_json writes as plain JSON values a handler's event class can read.
-_JSON_ATOMIC_TYPES = (
-    T.StringType,
-    T.CharType,
-    T.VarcharType,
-    T.BooleanType,
-    T.NumericType,
-    T.DateType,
-    T.TimestampType,
-    T.TimestampNTZType,
-    T.NullType,
-    T.VariantType,
-)
 # Context values are strings; these cast to a string without losing meaning.
 _CONTEXT_ATOMIC_TYPES = (
     T.StringType,
@@ -51,6 +38,8 @@ _CONTEXT_ATOMIC_TYPES = (
     T.DateType,
     T.TimestampType,
 )
+# Types that Spark's to_json writes as plain JSON values a handler's event class can read.
+_JSON_ATOMIC_TYPES = (*_CONTEXT_ATOMIC_TYPES, T.TimestampNTZType, T.NullType, T.VariantType)
 
 
 class InvalidDataFrameError(AioqueueError, ValueError):

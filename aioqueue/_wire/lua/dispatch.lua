@@ -175,6 +175,16 @@ if #due > 0 then
   -- leave gaps, which cost nothing.
   local next_move = take_moves(counts, #ids)
   local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
+  -- The envelope's next version, under a lease no worker has claimed yet: written with the
+  -- batch's HSET and ZADD below; returned encoded, for the ready list.
+  local function rewrite_unclaimed(id, envelope)
+    local encoded = cjson.encode(envelope)
+    rewritten[#rewritten + 1] = id
+    rewritten[#rewritten + 1] = encoded
+    leases[#leases + 1] = unclaimed_lease_end(now, lease)
+    leases[#leases + 1] = id
+    return encoded
+  end
   for n, id in ipairs(ids) do
     local raw = stored[n]
     local score = tonumber(due[2 * n])
@@ -215,11 +225,7 @@ if #due > 0 then
           end
           next_move = next_move + 1
         end
-        local encoded = cjson.encode(envelope)
-        rewritten[#rewritten + 1] = id
-        rewritten[#rewritten + 1] = encoded
-        leases[#leases + 1] = unclaimed_lease_end(now, lease)
-        leases[#leases + 1] = id
+        local encoded = rewrite_unclaimed(id, envelope)
         if waiting_at then
           -- The copy must stay byte for byte the stored envelope (see delivery_of).
           redis.call('LSET', ready, waiting_at, delivery_of(id, encoded))
@@ -281,12 +287,7 @@ if #due > 0 then
               envelope.moved, envelope.pushed = next_move, next_move
               next_move = next_move + 1
             end
-            local encoded = cjson.encode(envelope)
-            rewritten[#rewritten + 1] = id
-            rewritten[#rewritten + 1] = encoded
-            leases[#leases + 1] = unclaimed_lease_end(now, lease)
-            leases[#leases + 1] = id
-            deliveries[#deliveries + 1] = delivery_of(id, encoded)
+            deliveries[#deliveries + 1] = delivery_of(id, rewrite_unclaimed(id, envelope))
           end
         end
       end
