@@ -107,12 +107,19 @@ async def test_a_handler_that_blocks_the_event_loop_is_reported_by_name(
         await service.enqueue(OrderTimeout(id="o-1"), 0)
         await polite.wait_for(1)
 
+        def naming_the_handler() -> list[str]:
+            # A loaded machine can stall the loop by itself too; those reports name no one.
+            return [
+                message
+                for message in (record.getMessage() for record in caplog.records)
+                if "blocked" in message and "check_payment_blocking (PaymentCheck)" in message
+            ]
+
         async def warned() -> bool:
-            return any("blocked" in record.getMessage() for record in caplog.records)
+            return bool(naming_the_handler())
 
         await wait_until(warned, within=5)
-    [warning] = [r.getMessage() for r in caplog.records if "blocked" in r.getMessage()]
-    assert "check_payment_blocking (PaymentCheck)" in warning
+    [warning] = naming_the_handler()  # one stall, one report
     assert "as a plain `def` function" in warning  # the hint at sync handlers
 
 
