@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from importlib import resources
-from typing import Any
 
 import orjson
-from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -24,16 +19,16 @@ from aioqueue._admin.actions import (
     list_dead_letters,
     requeue_dead_letters,
 )
-from aioqueue._admin.named_types import UndeclaredTypeError, require_declared, resolve_layouts
+from aioqueue._admin.named_types import require_declared, resolve_layouts
 from aioqueue._admin.stats import read_stats
 from aioqueue._model.config import Durability
-from aioqueue._model.errors import DurabilityError, PartitionCountMismatchError
 from aioqueue._model.event import _WIRE_NAME
 from aioqueue._transport.client import RedisClient, client_from_url
 from aioqueue._transport.recovery import REDIS_ERRORS
 from aioqueue._wire.keys import QueueLayout, validate_prefix
 
 from ._browse import browse_routes
+from ._errors import ERROR_HANDLERS, error_response
 from ._events import EnqueueRequest, RequestError, enqueue
 from ._guard import RequestGuard
 from ._schedules import schedule_routes
@@ -174,7 +169,7 @@ def _metrics_endpoint(state: _State) -> Endpoint:
     except ImportError:
 
         async def missing(request: Request) -> Response:
-            return _error(501, METRICS_NEED_PROMETHEUS)
+            return error_response(501, METRICS_NEED_PROMETHEUS)
 
         return missing
     registry = CollectorRegistry()
@@ -188,77 +183,6 @@ def _metrics_endpoint(state: _State) -> Endpoint:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return scrape
-
-
-def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    # Unknown routes (404) and wrong methods (405) answer in JSON like every other error.
-    assert isinstance(exc, HTTPException)
-    return _error(exc.status_code, exc.detail, exc.headers)
-
-
-async def _redis_unavailable(request: Request, exc: Exception) -> Response:
-    # The message is redis-py's ("Error 111 connecting to host:port. Connection refused."):
-    # it names the server but, unlike the URL, never its password.
-    return _error(503, f"Redis is unavailable: {exc}", {"Retry-After": "1"})
-
-
-async def _not_confirmed(request: Request, exc: Exception) -> Response:
-    # The message says the event may exist and that posting it again is safe.
-    return _error(503, f"not confirmed by the replicas: {exc}", {"Retry-After": "1"})
-
-
-async def _internal_error(request: Request, exc: Exception) -> Response:
-    # Starlette still logs the traceback; the client gets JSON rather than plain text.
-    return _error(500, f"internal error ({type(exc).__name__}); the server log has the details")
-
-
-async def _registry_conflict(request: Request, exc: Exception) -> Response:
-    return _error(409, str(exc))
-
-
-UNDECLARED_OPT_IN = (
-    "to take types before their consumers declare them, serve with --allow-undeclared-types "
-    '(create_app(allow_undeclared_types=True)), or post the event with "allow_undeclared": true'
-)
-
-
-async def _undeclared_type(request: Request, exc: Exception) -> Response:
-    # 422, not 404: the route exists and the request is well formed, but it names a type the
-    # prefix does not know. A 404 already means "no such event" on DELETE /events/{type}/{id}
-    # and the other routes of one event, which a client may take as done: a misspelt type
-    # must not pass for that. For POST /events it is a body field that cannot be processed.
-    assert isinstance(exc, UndeclaredTypeError)
-    return JSONResponse(
-        {
-            "error": f"{exc}; {UNDECLARED_OPT_IN}",
-            "unknown_types": exc.undeclared,
-            "known_types": exc.named_known(),
-            "known_types_total": len(exc.known),
-        },
-        status_code=422,
-    )
-
-
-ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
-    HTTPException: _http_error,
-    # The type's registry entry is unusable: the message says which and how to fix it.
-    PartitionCountMismatchError: _registry_conflict,
-    UndeclaredTypeError: _undeclared_type,
-    DurabilityError: _not_confirmed,
-    RedisConnectionError: _redis_unavailable,
-    RedisTimeoutError: _redis_unavailable,
-    ClusterError: _redis_unavailable,
-    TryAgainError: _redis_unavailable,  # a slot in migration: its queues pause meanwhile
-    # RedisCluster raises the base class when none of its startup nodes answers.
-    RedisClusterException: _redis_unavailable,
-    ConnectionError: _redis_unavailable,  # a socket error redis-py did not wrap
-    TimeoutError: _redis_unavailable,
-    Exception: _internal_error,
-}
 
 
 class _State:
@@ -282,9 +206,9 @@ class _State:
         async def checked(request: Request) -> Response:
             refusal = self.guard.refusal(request)
             if refusal is not None:
-                return _error(*refusal)
+                return error_response(*refusal)
             if self.token is not None and not self._authorized(request):
-                return _error(
+                return error_response(
                     401,
                     "missing or wrong bearer token: send Authorization: Bearer <token>",
                     {"WWW-Authenticate": 'Bearer realm="aioqueue"'},
@@ -292,7 +216,7 @@ class _State:
             named = [*request.query_params.getlist("type"), request.path_params.get("type", "")]
             for event_type in filter(None, named):
                 if not _WIRE_NAME.fullmatch(event_type):
-                    return _error(
+                    return error_response(
                         422,
                         f"type {event_type!r} is not an event type's wire name: "
                         "1-128 letters, digits, '_', '.' or '-'",
@@ -306,7 +230,7 @@ class _State:
 
         async def checked(request: Request) -> Response:
             refusal = self.guard.refusal(request)
-            return _error(*refusal) if refusal is not None else await endpoint(request)
+            return error_response(*refusal) if refusal is not None else await endpoint(request)
 
         return checked
 
@@ -337,9 +261,9 @@ class _State:
         try:
             parsed = EnqueueRequest.parse(orjson.loads(body))
         except orjson.JSONDecodeError as exc:
-            return _error(400, f"the body is not valid JSON: {exc}")
+            return error_response(400, f"the body is not valid JSON: {exc}")
         except RequestError as exc:
-            return _error(422, str(exc))
+            return error_response(422, str(exc))
         if not (self.allow_undeclared_types or parsed.allow_undeclared):
             await require_declared(self.client, self.prefix, [parsed.event_type])
         try:
@@ -360,7 +284,7 @@ class _State:
 
     async def _read_body(self, request: Request) -> bytes | Response:
         """The body, or a 413 as soon as it is known to be over the limit."""
-        too_large = _error(413, f"the body is larger than {self.max_body_bytes} bytes")
+        too_large = error_response(413, f"the body is larger than {self.max_body_bytes} bytes")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             return too_large
@@ -384,7 +308,7 @@ class _State:
         try:
             limit = min(MAX_LISTING, max(1, int(request.query_params.get("limit", "100"))))
         except ValueError:
-            return _error(422, "limit must be an integer")
+            return error_response(422, "limit must be an integer")
         types = request.query_params.getlist("type")
         records: list[DeadLetterRecord] = []
         for layout in await self._layouts(types):
@@ -397,7 +321,7 @@ class _State:
         [layout] = await self._layouts([event_type])
         record = await get_dead_letter(self.client, layout, event_id)
         if record is None:
-            return _error(404, f"no dead letter {event_type} {event_id!r}")
+            return error_response(404, f"no dead letter {event_type} {event_id!r}")
         return JSONResponse(record.to_json())
 
     async def requeue(self, request: Request) -> Response:

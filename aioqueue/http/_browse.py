@@ -16,6 +16,7 @@ from aioqueue._wire.browse import MAX_PAGE, inspect_event, pending_page
 from aioqueue._wire.due_histogram import MAX_BUCKETS, due_histogram
 from aioqueue._wire.keys import QueueLayout
 
+from ._errors import error_response
 from ._routing import Connected, Wrap
 
 __all__ = ["browse_routes"]
@@ -33,10 +34,6 @@ def browse_routes(state: Connected, api: Wrap) -> list[Route]:
         Route("/events/{type}/{id:path}", api(routes.show), methods=["GET"]),
         Route("/events/{type}/{id:path}", api(routes.cancel), methods=["DELETE"]),
     ]
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
 
 
 class _ParameterError(ValueError):
@@ -73,7 +70,7 @@ class _BrowseRoutes:
                 due_after=due_after,
             )
         except (_ParameterError, InvalidCursorError) as exc:
-            return _error(422, str(exc))
+            return error_response(422, str(exc))
         return JSONResponse({"type": layout.event_type, **page.to_json()})
 
     async def histogram(self, request: Request) -> Response:
@@ -83,7 +80,7 @@ class _BrowseRoutes:
             bucket = _integer(query.get("bucket", "3600"), "bucket", 1, 7 * 24 * 3600)
             buckets = _integer(query.get("buckets", "24"), "buckets", 1, MAX_BUCKETS)
         except _ParameterError as exc:
-            return _error(422, str(exc))
+            return error_response(422, str(exc))
         layout = await self._layout(request)
         counted = await due_histogram(
             self._state.client, layout, bucket_ms=bucket * 1000, buckets=buckets
@@ -95,7 +92,7 @@ class _BrowseRoutes:
         event_id = request.path_params["id"]
         info = await inspect_event(self._state.client, layout, event_id)
         if info is None:
-            return _error(404, f"no {layout.event_type} {event_id!r} is pending or dead")
+            return error_response(404, f"no {layout.event_type} {event_id!r} is pending or dead")
         return JSONResponse(info.to_json())
 
     async def run_now(self, request: Request) -> Response:
