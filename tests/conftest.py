@@ -30,6 +30,7 @@ group too; by default (`core`) only the tests marked for "sentinel" do.
 
 from __future__ import annotations
 
+import gc
 import pathlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -180,6 +181,15 @@ def topology_and_version(backend: str) -> tuple[str, str]:
         if backend.startswith(f"{topology}-"):
             return topology, backend.removeprefix(f"{topology}-")
     return "standalone", backend
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_the_test_left() -> Iterator[None]:
+    """Collects garbage after every test, so a connection or stream a test left unclosed
+    warns (an error, with `filterwarnings = error`) in that test's own teardown, not in
+    whichever later test a collection happens to run in."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
