@@ -318,6 +318,24 @@ local function take_moves(counts, n)
   return redis.call('HINCRBY', counts, 'moves', n) - n + 1
 end
 
+-- The hand-back of the lease protocol (after take_moves, which it uses): puts attempt `id`
+-- (decoded `envelope`), taken out of the schedule, back into it due at `due`. Unless `spent`,
+-- its count goes back to what it was before the claim (no handler began it); either way it
+-- is no longer under way nor in the ready list, and its move takes a number of the move
+-- clock. pause.lua and hand_back.lua give back through here; the caller counts what it gave
+-- back out of `under_way` (count_under_way).
+local function give_back(schedule, events, counts, id, envelope, due, spent)
+  if not spent then
+    local count = (tonumber(envelope.attempt) or 1) - 1
+    envelope.attempt = count > 0 and count or nil  -- 0 is left out (see write_event)
+  end
+  envelope.due_at = nil
+  envelope.pushed = nil
+  envelope.moved = take_moves(counts, 1) or envelope.moved
+  redis.call('HSET', events, id, cjson.encode(envelope))
+  redis.call('ZADD', schedule, due, id)
+end
+
 -- The hot scripts batch their commands (one HMGET, HSET, ZADD... for a whole batch): each
 -- redis.call costs the script far more than the command itself. Lua unpacks only so many
 -- values at once (about 8000), so long argument lists go in chunks. Even, to keep pairs whole.

@@ -21,21 +21,13 @@ for i = 1, #given, 4 do
     given[i + 3]
   local envelope = decoded_object(redis.call('HGET', events, id) or '')
   if holds_claimed(schedule, id, envelope, version, attempt) then
-    local due = now
-    if cut_off == '' then
-      local count = (tonumber(envelope.attempt) or 1) - 1
-      envelope.attempt = count > 0 and count or nil  -- 0 is left out (see write_event)
-      if is_time(tonumber(envelope.due_at)) then
-        due = tonumber(envelope.due_at)
-      end
-    else
+    local due, spent = now, cut_off ~= ''
+    if spent then
       envelope.error = cut_off
+    elseif is_time(tonumber(envelope.due_at)) then
+      due = tonumber(envelope.due_at)
     end
-    envelope.due_at = nil
-    envelope.pushed = nil
-    envelope.moved = take_moves(counts, 1) or envelope.moved
-    redis.call('HSET', events, id, cjson.encode(envelope))
-    redis.call('ZADD', schedule, due, id)
+    give_back(schedule, events, counts, id, envelope, due, spent)
     returned = returned + 1
   end
 end

@@ -26,13 +26,7 @@ for _, raw in ipairs(copies) do
     local envelope = cjson.decode(stored)
     local due = tonumber(envelope.due_at)
     if is_time(due) then
-      local attempt = math.max(0, (tonumber(envelope.attempt) or 1) - 1)
-      envelope.attempt = attempt > 0 and attempt or nil  -- 0 is left out (see write_event)
-      envelope.due_at = nil
-      envelope.pushed = nil  -- taken out of the ready list
-      envelope.moved = take_moves(counts, 1) or envelope.moved
-      redis.call('HSET', events, id, cjson.encode(envelope))
-      redis.call('ZADD', schedule, due, id)
+      give_back(schedule, events, counts, id, envelope, due, false)  -- taken out of the list
       returned = returned + 1
     end
   end
