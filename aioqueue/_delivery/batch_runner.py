@@ -166,10 +166,6 @@ class BatchRunner(Runner[BatchHandler]):
             delivery_under_way.reset(token)
         return self._errors_of(result, leases)
 
-    @property
-    def _timeout(self) -> float:
-        return self._config.handler_timeout
-
     def _errors_of(self, result: object, leases: list[Lease]) -> list[str | None]:
         """Each event's error text for what the handler returned (None: a success)."""
         name = self.handler_name

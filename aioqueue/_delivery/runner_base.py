@@ -49,9 +49,12 @@ class Runner(Generic[HandlerT]):
         if self._threaded is not None:
             self._threaded.stop_waiting()
 
+    @property
+    def _timeout(self) -> float:
+        return self._config.handler_timeout
+
     def _timed_out(self, attempt: int) -> str:
-        timeout = self._config.handler_timeout
-        return f"the handler did not finish within {timeout:g} s on attempt {attempt}"
+        return f"the handler did not finish within {self._timeout:g} s on attempt {attempt}"
 
     def _decode(self, envelope: Envelope) -> Event:
         if envelope.event_type != self._event_type:
