@@ -36,6 +36,7 @@ from ._model.metrics import Metrics, NoMetrics, Outcome
 from ._model.retry import ExponentialBackoff, FixedDelays, RetryPolicy
 from ._model.serializer import JsonSerializer, Serializer
 from ._model.workers import Worker, WorkerHandler, WorkerState
+from ._producing.enqueue_options import EnqueueOptions
 from ._recurring.records import ScheduleInfo
 from ._service.builder import EventServiceBuilder
 from ._service.service import EventService, ServiceState
@@ -52,6 +53,7 @@ __all__ = [
     "Delivery",
     "Durability",
     "DurabilityError",
+    "EnqueueOptions",
     "Event",
     "EventDefinitionError",
     "EventInfo",

@@ -18,8 +18,7 @@ application owns, written in the same transaction and copied to aioqueue by a jo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
+from typing import TYPE_CHECKING
 
 try:
     from django.db import transaction
@@ -30,7 +29,11 @@ except ImportError as exc:
 
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
+from aioqueue._producing.enqueue_options import EnqueueOptions
 from aioqueue._sync.producer import SyncProducer
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11 (3.10 is supported)
 
 __all__ = ["enqueue_on_commit"]
 
@@ -40,12 +43,9 @@ def enqueue_on_commit(
     event: Event,
     delay: Duration | None = None,
     *,
-    at: datetime | None = None,
-    context: Mapping[str, str] | None = None,
-    replace: bool = False,
-    max_wait: Duration | None = None,
     using: str | None = None,
     robust: bool = False,
+    **options: Unpack[EnqueueOptions],
 ) -> None:
     """Schedules `event` (as `producer.enqueue` would) once the current transaction of the
     database `using` commits; never if it rolls back. Outside a transaction (autocommit) it
@@ -58,7 +58,5 @@ def enqueue_on_commit(
     `atomic()` block (or the request) after the data committed, unless `robust=True`, with
     which Django logs it and runs the remaining on-commit functions.
     """
-    write = producer.prepare(
-        event, delay, at=at, context=context, replace=replace, max_wait=max_wait
-    )
+    write = producer.prepare(event, delay, **options)
     transaction.on_commit(write, using=using, robust=robust)

@@ -9,8 +9,8 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TextIO, TypeAlias, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Protocol, TextIO, TypeAlias, TypeVar
 
 import anyio
 import orjson
@@ -33,10 +33,12 @@ __all__ = [
     "CommandError",
     "Commands",
     "Run",
+    "ShownEvent",
     "UsageError",
     "add_allow_undeclared",
     "add_command",
     "add_connection_options",
+    "answering_in_time",
     "check_reachable",
     "confirm",
     "connect",
@@ -45,9 +47,9 @@ __all__ = [
     "print_json",
     "print_table",
     "report",
-    "report_fields",
     "report_table",
     "resolve_connection_options",
+    "show_command",
     "undeclared_hint",
     "until_stop_signal",
 ]
@@ -155,15 +157,23 @@ def resolve_connection_options(args: argparse.Namespace, parser: argparse.Argume
 async def check_reachable(url: str) -> None:
     """Fails with one line unless the server at `url` answers PING within REACH_TIMEOUT s."""
     async with connect(url) as client:
-        try:
-            with anyio.fail_after(REACH_TIMEOUT):
-                await client.ping()
-        except TimeoutError as exc:
-            raise CommandError(
-                f"cannot reach {display_url(url)}: no answer within {REACH_TIMEOUT:g} s"
-            ) from exc
-        except CONNECTION_ERRORS as exc:
-            raise CommandError(f"cannot reach {display_url(url)}: {exc}") from exc
+        with answering_in_time(url):
+            await client.ping()
+
+
+@contextlib.contextmanager
+def answering_in_time(url: str) -> Iterator[None]:
+    """A first call to the server at `url`: no answer within REACH_TIMEOUT s, or no
+    connection, fails the command with one line (CommandError) instead of a traceback."""
+    try:
+        with anyio.fail_after(REACH_TIMEOUT):
+            yield
+    except TimeoutError as exc:
+        raise CommandError(
+            f"cannot reach {display_url(url)}: no answer within {REACH_TIMEOUT:g} s"
+        ) from exc
+    except CONNECTION_ERRORS as exc:
+        raise CommandError(f"cannot reach {display_url(url)}: {exc}") from exc
 
 
 def _prefix(value: str) -> str:
@@ -244,13 +254,39 @@ def report(args: argparse.Namespace, as_json: Any, text: str, *, done: bool = Tr
     return 0 if done else 1
 
 
-def report_fields(
-    args: argparse.Namespace, as_json: Any, fields: Sequence[tuple[str, object]], *, width: int
-) -> int:
-    """`report` of one record: `as_json` with --json, else a `name: value` line per field,
-    the values from column `width` on."""
-    lines = [f"{name + ':':<{width}}{value}" for name, value in fields]
-    return report(args, as_json, "\n".join(lines))
+class ShownEvent(Protocol):
+    """An event as a `show` command prints it (a pending event's info, a dead letter)."""
+
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    def to_json(self) -> dict[str, Any]: ...
+
+
+_S = TypeVar("_S", bound=ShownEvent)
+
+
+def show_command(
+    read: Callable[[RedisClient, QueueLayout, str], Awaitable[_S | None]],
+    missing: Callable[[argparse.Namespace], str],
+    fields: Callable[[_S], list[tuple[str, object]]],
+    *,
+    width: int,
+) -> Run:
+    """A `show TYPE ID` command: `read` finds the event in TYPE's queues (see on_type), and it
+    is printed as its type, its id and its `fields`, the values from column `width` on (its
+    JSON with --json); when there is none, the command fails saying `missing(args)`."""
+
+    async def run(args: argparse.Namespace) -> int:
+        shown = await on_type(args, lambda client, layout: read(client, layout, args.id))
+        if shown is None:
+            raise CommandError(missing(args))
+        every = [("type", shown.event_type), ("id", shown.id), *fields(shown)]
+        lines = [f"{name + ':':<{width}}{value}" for name, value in every]
+        return report(args, shown.to_json(), "\n".join(lines))
+
+    return run
 
 
 def report_table(

@@ -28,10 +28,9 @@ from ._common import (
     add_connection_options,
     confirm,
     connect,
-    on_type,
     print_json,
-    report_fields,
     report_table,
+    show_command,
 )
 
 __all__ = ["add_dead_command"]
@@ -94,13 +93,8 @@ async def run_list(args: argparse.Namespace) -> int:
     return code
 
 
-async def run_show(args: argparse.Namespace) -> int:
-    record = await on_type(args, lambda client, layout: get_dead_letter(client, layout, args.id))
-    if record is None:
-        raise CommandError(f"no dead letter {args.type} {args.id!r} under prefix {args.prefix!r}")
-    fields = [
-        ("type", record.event_type),
-        ("id", record.id),
+def _dead_letter_fields(record: DeadLetterRecord) -> list[tuple[str, object]]:
+    fields: list[tuple[str, object]] = [
         ("attempts", record.attempts),
         ("died at", f"{record.died_at.isoformat()}"),
         ("error", record.error),
@@ -109,7 +103,15 @@ async def run_show(args: argparse.Namespace) -> int:
     ]
     if record.payload is None:
         fields.append(("raw", record.raw))
-    return report_fields(args, record.to_json(), fields, width=10)
+    return fields
+
+
+run_show = show_command(
+    get_dead_letter,
+    lambda args: f"no dead letter {args.type} {args.id!r} under prefix {args.prefix!r}",
+    _dead_letter_fields,
+    width=10,
+)
 
 
 async def _targets(

@@ -11,7 +11,7 @@ from aioqueue._admin.actions import cancel_event
 from aioqueue._model.errors import InvalidCursorError
 from aioqueue._producing.writes import run_now
 from aioqueue._transport.client import RedisClient
-from aioqueue._wire.browse import inspect_event, pending_page
+from aioqueue._wire.browse import EventInfo, inspect_event, pending_page
 from aioqueue._wire.keys import QueueLayout
 
 from ._common import (
@@ -23,7 +23,7 @@ from ._common import (
     print_json,
     print_table,
     report,
-    report_fields,
+    show_command,
 )
 
 __all__ = ["add_cancel_command", "add_events_command"]
@@ -124,13 +124,8 @@ async def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-async def run_show(args: argparse.Namespace) -> int:
-    info = await on_type(args, lambda client, layout: inspect_event(client, layout, args.id))
-    if info is None:
-        raise CommandError(f"no {args.type} {args.id!r} is pending or dead")
-    fields = [
-        ("type", info.event_type),
-        ("id", info.id),
+def _event_fields(info: EventInfo) -> list[tuple[str, object]]:
+    fields: list[tuple[str, object]] = [
         ("state", info.state.replace("_", " ")),
         ("due at", info.due_at.isoformat() if info.due_at else "-"),
     ]
@@ -138,14 +133,21 @@ async def run_show(args: argparse.Namespace) -> int:
         fields.append(("lease ends", info.lease_ends_at.isoformat()))
     if info.died_at:
         fields.append(("died at", info.died_at.isoformat()))
-    fields += [
+    return [
+        *fields,
         ("attempt", str(info.attempt)),
         ("last error", info.last_error or "-"),
         ("context", ", ".join(f"{k}={v}" for k, v in info.context.items()) or "-"),
         ("payload", info.payload if info.payload is not None else "(unreadable envelope)"),
     ]
-    # 13: the longest name ("lease ends:") and a space.
-    return report_fields(args, info.to_json(), fields, width=13)
+
+
+run_show = show_command(
+    inspect_event,
+    lambda args: f"no {args.type} {args.id!r} is pending or dead",
+    _event_fields,
+    width=13,  # the longest name ("lease ends:") and a space
+)
 
 
 async def run_run_now(args: argparse.Namespace) -> int:

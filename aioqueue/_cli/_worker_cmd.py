@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -36,6 +36,8 @@ from ._worker_processes import (
 __all__ = ["add_worker_command", "load_factory"]
 
 logger = logging.getLogger("aioqueue.worker")
+
+_N = TypeVar("_N", int, float)
 
 
 def add_worker_command(commands: Commands) -> None:
@@ -96,34 +98,27 @@ def add_worker_command(commands: Commands) -> None:
     parser.set_defaults(run=run_worker, event_loop=event_loop_of)
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, got {text!r}")
-    return port
+def _number_from(
+    convert: Callable[[str], _N], low: _N, high: _N | None, what: str
+) -> Callable[[str], _N]:
+    """An argparse type: `convert` of the text, from `low` to `high` (None: no bound), else
+    an error that says which `what` was wanted."""
+
+    def parse(text: str) -> _N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not (low <= value and (high is None or value <= high)):  # NaN fails too
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 3600:
-        raise argparse.ArgumentTypeError(f"must be seconds from 0 to 3600, got {text!r}")
-    return seconds
-
-
-def _process_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return count
+_port = _number_from(int, 0, 65535, "a port from 0 to 65535")
+_seconds = _number_from(float, 0.0, 3600.0, "seconds from 0 to 3600")
+_process_count = _number_from(int, 1, None, "a whole number >= 1")
 
 
 def event_loop_of(args: argparse.Namespace) -> str:

@@ -9,21 +9,17 @@ import socket
 import sys
 from datetime import datetime
 
-import anyio
-
 from aioqueue._admin.workers import WorkersView, read_workers_view
 from aioqueue._model.workers import Worker, WorkerState
 from aioqueue._wire.workers import read_workers
 
 from ._common import (
-    CONNECTION_ERRORS,
-    REACH_TIMEOUT,
     CommandError,
     Commands,
     add_command,
     add_connection_options,
+    answering_in_time,
     connect,
-    display_url,
     print_json,
     print_table,
 )
@@ -110,15 +106,8 @@ def _age(now: datetime, then: datetime) -> str:
 async def run_check(args: argparse.Namespace) -> int:
     host = args.host or (None if args.event_type else socket.gethostname())
     async with connect(args.url) as client:
-        try:
-            with anyio.fail_after(REACH_TIMEOUT):
-                listed = await read_workers(client, args.prefix)
-        except TimeoutError as exc:
-            raise CommandError(
-                f"cannot reach {display_url(args.url)}: no answer within {REACH_TIMEOUT:g} s"
-            ) from exc
-        except CONNECTION_ERRORS as exc:
-            raise CommandError(f"cannot reach {display_url(args.url)}: {exc}") from exc
+        with answering_in_time(args.url):
+            listed = await read_workers(client, args.prefix)
     matching = [worker for worker in listed.workers if _matches(worker, host, args.event_type)]
     wanted = " ".join(
         part

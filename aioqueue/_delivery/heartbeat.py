@@ -70,12 +70,8 @@ class Heartbeat:
         errors = ErrorBackoff("writing the worker's heartbeat")
         while not self._left:
             began = time.monotonic()
-            try:
-                await self.beat()
-            except REDIS_ERRORS as exc:
-                await errors.sleep_after(exc)
+            if not await errors.attempt(self.beat):
                 continue
-            errors.reset()
             # A beat every interval, however long the call took.
             with anyio.move_on_after(began + self._interval - time.monotonic()):
                 await self._woken.wait()

@@ -94,13 +94,10 @@ class Leases:
         errors = ErrorBackoff("renewing leases")
         while True:
             await anyio.sleep(period)
-            try:
-                await self.renew()
-            except REDIS_ERRORS as exc:
-                # Soon again rather than a period later: the leases are running out.
-                await errors.sleep_after(exc)
-                continue
-            errors.reset()
+            # After a failure, again as soon as the backoff allows rather than a period later:
+            # the leases are running out.
+            while not await errors.attempt(self.renew):
+                pass
 
     async def renew(self) -> None:
         """Renews what is held now, in one pipeline; forgets what is no longer this

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from .checks import int_in_range
 from .durations import Duration, to_seconds
 from .errors import HandlerRegistrationError
 
@@ -38,14 +39,7 @@ class Batching:
     def of(cls, max_size: int, max_wait: Duration) -> Batching:
         """Checks the values as add_batch_handler takes them; raises
         HandlerRegistrationError."""
-        if (
-            isinstance(max_size, bool)
-            or not isinstance(max_size, int)
-            or not 1 <= max_size <= MAX_BATCH_SIZE
-        ):
-            raise HandlerRegistrationError(
-                f"max_size must be an integer from 1 to {MAX_BATCH_SIZE}, got {max_size!r}"
-            )
+        int_in_range("max_size", max_size, 1, MAX_BATCH_SIZE, HandlerRegistrationError)
         try:
             seconds = to_seconds(max_wait, "max_wait")
         except (TypeError, ValueError) as exc:

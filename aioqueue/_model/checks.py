@@ -1,9 +1,10 @@
-"""Checks of settings that the service's builder and the SyncProducer share, so that one
-setting is refused the same way, with the same message, wherever it is given."""
+"""Checks that several entry points share (the service's builder and the SyncProducer, the
+functions that take one set of keywords), so that one input is refused the same way, with
+the same message, wherever it is given."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
 
 from .errors import ConfigurationError
@@ -15,6 +16,7 @@ __all__ = [
     "checked",
     "int_in_range",
     "refuse_partitioned_serial_key",
+    "refuse_unknown_keywords",
 ]
 
 T = TypeVar("T")
@@ -25,10 +27,17 @@ MAX_PAYLOAD_BYTES_LIMIT = 512 * 1024 * 1024
 """Redis refuses a string above 512 MB, so no setting may allow a larger payload."""
 
 
-def int_in_range(name: str, value: int, low: int, high: int) -> int:
-    """`value` if it is an int (not a bool) from `low` to `high`, else ConfigurationError."""
+def int_in_range(
+    name: str,
+    value: int,
+    low: int,
+    high: int,
+    error: Callable[[str], Exception] = ConfigurationError,
+) -> int:
+    """`value` if it is an int (not a bool) from `low` to `high`, else `error` (by default
+    ConfigurationError) saying so."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigurationError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+        raise error(f"{name} must be an integer from {low} to {high}, got {value!r}")
     return value
 
 
@@ -48,3 +57,14 @@ def refuse_partitioned_serial_key(event_class: type[Event], partitions: int) -> 
             "cannot be partitioned (its keys must live in one hash tag, or two partitions "
             "could run events of one key at once)"
         )
+
+
+def refuse_unknown_keywords(
+    caller: str, given: Mapping[str, object], known: Collection[str]
+) -> None:
+    """The TypeError Python raises for a misspelt keyword, for a function that takes a set of
+    keywords declared once as a TypedDict (`**options: Unpack[...]`), which Python does not
+    check by itself."""
+    unknown = sorted(name for name in given if name not in known)
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .checks import int_in_range
 from .durations import Duration, to_seconds
 from .errors import ConfigurationError
 from .instrumentation import Instrumentation
@@ -35,15 +36,7 @@ class Durability:
     @classmethod
     def of(cls, replicas: int, timeout: Duration) -> Durability:
         """Checks the values as the builder takes them; raises ConfigurationError."""
-        if (
-            isinstance(replicas, bool)
-            or not isinstance(replicas, int)
-            or not 1 <= replicas <= MAX_DURABLE_REPLICAS
-        ):
-            raise ConfigurationError(
-                f"durability replicas must be an integer from 1 to {MAX_DURABLE_REPLICAS}, "
-                f"got {replicas!r}"
-            )
+        int_in_range("durability replicas", replicas, 1, MAX_DURABLE_REPLICAS)
         try:
             seconds = to_seconds(timeout, "durability timeout")
         except (TypeError, ValueError) as exc:

@@ -70,23 +70,16 @@ class Producer:
         self._coalescers: dict[_Coalesced, Coalescer[EnqueueItem, bool]] = {}
 
     async def enqueue(
-        self,
-        event: Event,
-        due: DueTime,
-        context: str,
-        *,
-        replace: bool,
-        max_wait_ms: int | None = None,
+        self, event: Event, due: DueTime, context: str, mode: WriteMode
     ) -> EnqueueOutcome:
         """Schedules one event; returns its event type and whether it was scheduled.
         Concurrent calls for the same type share script calls."""
         queue = self._queues.known(type(event)) or await self._queues.recorded(type(event))
         layout = queue.layout
         item = self._item(event, due, context)
-        coalesced = (layout.event_type, replace, max_wait_ms)
+        coalesced = (layout.event_type, mode.replace, mode.max_wait_ms)
         coalescer = self._coalescers.get(coalesced)
         if coalescer is None:
-            mode = WriteMode(replace=replace, max_wait_ms=max_wait_ms)
             coalescer = self._coalescers[coalesced] = Coalescer(
                 [
                     functools.partial(self._write, layout, mode=mode)
@@ -101,19 +94,12 @@ class Producer:
         return LANES if one_call_a_batch else 1
 
     async def enqueue_many(
-        self,
-        events: Iterable[Event],
-        due: DueTime,
-        context: str,
-        *,
-        replace: bool,
-        max_wait_ms: int | None = None,
+        self, events: Iterable[Event], due: DueTime, context: str, mode: WriteMode
     ) -> list[EnqueueOutcome]:
         """Schedules `events`; returns what it did with each (an EnqueueOutcome), in order.
 
         Every event is validated and encoded before anything is written.
         """
-        mode = WriteMode(replace=replace, max_wait_ms=max_wait_ms)
         by_type: dict[QueueLayout, list[tuple[int, EnqueueItem]]] = {}
         types: list[str] = []
         for index, event in enumerate(events):

@@ -22,9 +22,11 @@ import orjson
 from aioqueue._transport.steps import Steps
 from aioqueue._wire.envelope import text
 from aioqueue._wire.keys import QueueKeys
-from aioqueue._wire.scripts import TAKE_OVER_RUN
+from aioqueue._wire.scripts import LuaScript
 
 __all__ = ["RecordedCall", "take_over_steps"]
+
+TAKE_OVER_RUN = LuaScript("take_over_run")
 
 
 @dataclass(frozen=True, slots=True)

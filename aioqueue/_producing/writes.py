@@ -39,7 +39,7 @@ from aioqueue._transport.client import RedisClient
 from aioqueue._transport.steps import Steps, run_steps
 from aioqueue._wire.envelope import text
 from aioqueue._wire.keys import QueueKeys, QueueLayout
-from aioqueue._wire.scripts import CANCEL, ENQUEUE, RESCHEDULE
+from aioqueue._wire.scripts import ENQUEUE, LuaScript
 
 __all__ = [
     "CHUNK_SIZE",
@@ -59,6 +59,9 @@ __all__ = [
     "reschedule_steps",
     "run_now",
 ]
+
+CANCEL = LuaScript("cancel")
+RESCHEDULE = LuaScript("reschedule")
 
 MAX_DELAY = timedelta(days=36525)
 """The furthest ahead an event may be due: 100 years. A later due time is far more likely a

@@ -20,7 +20,7 @@ from aioqueue._producing.enqueue_calls import EnqueueItem
 from aioqueue._transport.call_gate import gated_call
 from aioqueue._transport.client import RedisClient
 from aioqueue._transport.recovery import logger
-from aioqueue._wire.envelope import died_at_from_ms, text
+from aioqueue._wire.envelope import died_at_from_ms, iso_or_none, text
 from aioqueue._wire.keys import QueueKeys
 from aioqueue._wire.scripts import LuaScript
 
@@ -126,17 +126,14 @@ class ScheduleInfo:
         """The schedule as `aioqueue schedules --json` and `GET /schedules` show it: times as
         ISO 8601 text, None for a tick not produced yet."""
 
-        def when(moment: datetime | None) -> str | None:
-            return moment.isoformat() if moment else None
-
         return {
             "name": self.name,
             "type": self.event_type,
             "spec": self.spec,
             "tz": self.tz,
-            "next_tick": when(self.next_tick),
-            "last_tick": when(self.last_tick),
-            "last_fired_at": when(self.last_fired_at),
+            "next_tick": iso_or_none(self.next_tick),
+            "last_tick": iso_or_none(self.last_tick),
+            "last_fired_at": iso_or_none(self.last_fired_at),
         }
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from aioqueue._model.checks import checked, int_in_range, refuse_partitioned_serial_key
 from aioqueue._model.config import Durability, ServiceConfig
@@ -41,6 +41,8 @@ from aioqueue._transport.reaching import display_url
 from aioqueue._transport.sentinel import sentinel_settings
 from aioqueue._wire.keys import MAX_PARTITIONS
 
+from .runtime import Runtime
+
 # The builder and the service stay a pair (`EventService.builder()` is the one way in, as in
 # the Java library this API follows), but only the service imports the builder at run time:
 # the builder is handed the class to build (`_ServiceFactory`) and names EventService for the
@@ -57,15 +59,8 @@ __all__ = ["EventServiceBuilder"]
 DEFAULT_HANDLER_THREADS = 40
 
 
-class _ServiceFactory(Protocol):
-    def __call__(
-        self,
-        config: ServiceConfig,
-        client: RedisClient,
-        *,
-        owns_client: bool,
-        address: str | None = None,
-    ) -> EventService: ...
+_ServiceFactory: TypeAlias = "Callable[[Runtime], EventService]"
+"""The service class: made from the Runtime the builder set up (settings, connection)."""
 
 
 class EventServiceBuilder:
@@ -262,7 +257,7 @@ class EventServiceBuilder:
         )
         if self._client is not None:
             check_room(self._client)
-            return self._factory(config, self._client, owns_client=False)
+            return self._factory(Runtime(config, self._client, owns_client=False))
         if self._sentinels is not None:
             settings = checked(lambda s: sentinel_settings(*s), self._sentinels, "sentinel")
             client = service_client_of_sentinels(settings, CONNECTIONS_NEEDED)
@@ -276,7 +271,7 @@ class EventServiceBuilder:
                 "set a Redis connection with .client(...), .url(...) or .sentinel(...)"
             )
         check_room(client)  # a URL's own max_connections wins over the service's
-        return self._factory(config, client, owns_client=True, address=address)
+        return self._factory(Runtime(config, client, owns_client=True, address=address))
 
     def _checked_rate_limits(self) -> dict[str, RateLimit]:
         limits = {}

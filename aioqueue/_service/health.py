@@ -80,6 +80,10 @@ class Health:
             return HealthReport(False, f"Redis did not answer: {type(exc).__name__}: {exc}")
         heartbeat = self._delivery.heartbeat
         if heartbeat is not None and not heartbeat.fresh:
+            if heartbeat.written_at is None:  # the first beat follows the start by a moment
+                return HealthReport(
+                    False, "no heartbeat written yet: the worker registry lists it after the first"
+                )
             return HealthReport(
                 False, "no heartbeat written lately: the worker registry may not list it"
             )

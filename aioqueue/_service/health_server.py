@@ -18,7 +18,6 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Protocol
 
 import anyio
@@ -73,12 +72,7 @@ class HealthServer:
         logger.info("health port listening on %s:%d", *self.address)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         server, self._server = self._server, None
         if server is not None:
             with anyio.CancelScope(shield=True):

@@ -3,11 +3,12 @@ in time (reschedule, run now). It owns the service's Producer."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
+from aioqueue._producing.enqueue_options import EnqueueRequest
 from aioqueue._producing.producer import EnqueueOutcome, Producer
 from aioqueue._producing.writes import (
     DueTime,
@@ -15,7 +16,6 @@ from aioqueue._producing.writes import (
     RunNowResult,
     cancel,
     context_json,
-    max_wait_ms,
     reschedule,
     run_now,
 )
@@ -38,36 +38,23 @@ class Producing:
         self._due_sooner = due_sooner
         self.producer = Producer(runtime.client, runtime.queues, runtime.config)
 
-    async def enqueue(
-        self,
-        event: Event,
-        delay: Duration | None,
-        at: datetime | None,
-        context: Mapping[str, str] | None,
-        replace: bool,
-        max_wait: Duration | None,
-    ) -> bool:
-        due, bound, context_text = self._arguments(delay, at, context, replace, max_wait)
+    async def enqueue(self, event: Event, request: EnqueueRequest) -> bool:
+        self._runtime.ensure_open()
         outcome = await self.producer.enqueue(
-            event, due, context_text, replace=replace, max_wait_ms=bound
+            event, request.due, self._context(request), request.mode
         )
-        self._enqueued([outcome], due)
+        # _enqueued for one event, without its list and set: this is the hot path.
+        self._runtime.config.metrics.event_enqueued(outcome.event_type, scheduled=outcome.scheduled)
+        if outcome.scheduled:
+            self._due_sooner(outcome.event_type, request.due.due_in)
         return outcome.scheduled
 
-    async def enqueue_many(
-        self,
-        events: Iterable[Event],
-        delay: Duration | None,
-        at: datetime | None,
-        context: Mapping[str, str] | None,
-        replace: bool,
-        max_wait: Duration | None,
-    ) -> list[bool]:
-        due, bound, context_text = self._arguments(delay, at, context, replace, max_wait)
+    async def enqueue_many(self, events: Iterable[Event], request: EnqueueRequest) -> list[bool]:
+        self._runtime.ensure_open()
         outcomes = await self.producer.enqueue_many(
-            events, due, context_text, replace=replace, max_wait_ms=bound
+            events, request.due, self._context(request), request.mode
         )
-        self._enqueued(outcomes, due)
+        self._enqueued(outcomes, request.due)
         return [outcome.scheduled for outcome in outcomes]
 
     def _enqueued(self, outcomes: Sequence[EnqueueOutcome], due: DueTime) -> None:
@@ -77,21 +64,9 @@ class Producing:
         for event_type in {outcome.event_type for outcome in outcomes if outcome.scheduled}:
             self._due_sooner(event_type, due.due_in)
 
-    def _arguments(
-        self,
-        delay: Duration | None,
-        at: datetime | None,
-        context: Mapping[str, str] | None,
-        replace: bool,
-        max_wait: Duration | None,
-    ) -> tuple[DueTime, int | None, str]:
-        """The enqueue keywords, checked: due time, debounce bound, context as JSON (with
-        what the instrumentation adds)."""
-        self._runtime.ensure_open()
-        due = DueTime.of(delay, at)
-        bound = max_wait_ms(max_wait, replace=replace)
-        enriched = self._runtime.config.instrumentation.enqueue_context(context)
-        return due, bound, context_json(enriched)
+    def _context(self, request: EnqueueRequest) -> str:
+        """The context as JSON, with what the instrumentation adds (a trace's parent)."""
+        return context_json(self._runtime.config.instrumentation.enqueue_context(request.context))
 
     async def cancel(self, event_class: type[Event], event_id: str) -> bool:
         self._runtime.ensure_open()

@@ -9,7 +9,6 @@ from datetime import datetime
 
 import anyio
 
-from aioqueue._model.durations import Duration
 from aioqueue._model.errors import ConfigurationError
 from aioqueue._model.event import Event, event_type_name
 from aioqueue._producing.producer import Producer
@@ -44,13 +43,11 @@ class Schedules:
     def add(
         self,
         name: str,
-        *,
         event: Callable[[datetime], Event],
-        cron: str | None = None,
-        every: Duration | None = None,
-        tz: str = "UTC",
-        misfire: Misfire = "once",
-        max_catch_up: int = 100,
+        spec: ScheduleSpec,
+        *,
+        misfire: Misfire,
+        max_catch_up: int,
     ) -> None:
         self._runtime.ensure_open()
         if not isinstance(name, str) or not name or len(name) > 200:
@@ -63,7 +60,6 @@ class Schedules:
             or not (1 <= max_catch_up <= 10_000)
         ):
             raise ConfigurationError(f"max_catch_up must be from 1 to 10000, got {max_catch_up!r}")
-        spec = ScheduleSpec.of(cron=cron, every=every, tz=tz)
         if not callable(event):
             raise ConfigurationError(f"event must be a function of the tick, got {event!r}")
         sample = event(spec.tick_time(next(spec.ticks_after(0))))

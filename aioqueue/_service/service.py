@@ -8,10 +8,10 @@ life, task group). Every public method here checks nothing itself and forwards t
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from aioqueue._model.batches import Batching, BatchOutcome
 from aioqueue._model.config import ServiceConfig
@@ -19,9 +19,10 @@ from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
 from aioqueue._model.health import HealthReport
 from aioqueue._model.workers import Worker
+from aioqueue._producing.enqueue_options import EnqueueOptions, EnqueueRequest
 from aioqueue._recurring.keeper import Misfire
 from aioqueue._recurring.records import ScheduleInfo
-from aioqueue._transport.client import RedisClient
+from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue._wire.browse import EventInfo, PendingPage
 from aioqueue._wire.envelope import DeadLetter
 
@@ -33,6 +34,9 @@ from .health import Health
 from .producing import Producing
 from .runtime import Runtime, ServiceState
 from .schedules import Schedules
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11 (3.10 is supported)
 
 __all__ = ["EventService", "ServiceState", "replace_shutdown_grace"]
 
@@ -51,17 +55,10 @@ class EventService:
     what was raised in it, never an exception group.
     """
 
-    def __init__(
-        self,
-        config: ServiceConfig,
-        client: RedisClient,
-        *,
-        owns_client: bool,
-        address: str | None = None,
-    ) -> None:
-        # `address` names the server in errors (the URL, password masked); by default the
-        # client's host and port.
-        self._runtime = Runtime(config, client, owns_client=owns_client, address=address)
+    def __init__(self, runtime: Runtime) -> None:
+        # Made by the builder, which owns the settings and the connection: a service is its
+        # parts over one Runtime.
+        self._runtime = runtime
         self._delivery = Delivery(self._runtime)
         self._producing = Producing(self._runtime, self._delivery.due_sooner)
         self._schedules = Schedules(self._runtime, self._producing.producer)
@@ -124,14 +121,7 @@ class EventService:
     # -- producing ---------------------------------------------------------------------------
 
     async def enqueue(
-        self,
-        event: Event,
-        delay: Duration | None = None,
-        *,
-        at: datetime | None = None,
-        context: Mapping[str, str] | None = None,
-        replace: bool = False,
-        max_wait: Duration | None = None,
+        self, event: Event, delay: Duration | None = None, **options: Unpack[EnqueueOptions]
     ) -> bool:
         """Schedules `event` after `delay` (timedelta or seconds) or at `at` (aware datetime).
 
@@ -144,17 +134,13 @@ class EventService:
         With the builder's `durability(...)`, returns only once the replicas have the event,
         else raises DurabilityError: the event may exist, and enqueueing it again is safe.
         """
-        return await self._producing.enqueue(event, delay, at, context, replace, max_wait)
+        return await self._producing.enqueue(event, EnqueueRequest.of("enqueue", delay, options))
 
     async def enqueue_many(
         self,
         events: Iterable[Event],
         delay: Duration | None = None,
-        *,
-        at: datetime | None = None,
-        context: Mapping[str, str] | None = None,
-        replace: bool = False,
-        max_wait: Duration | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> list[bool]:
         """Schedules many events with one due time and context, a few script calls in all.
 
@@ -162,7 +148,8 @@ class EventService:
         before anything is written. With `durability(...)`, DurabilityError means some of the
         events may exist: enqueue them all again.
         """
-        return await self._producing.enqueue_many(events, delay, at, context, replace, max_wait)
+        request = EnqueueRequest.of("enqueue_many", delay, options)
+        return await self._producing.enqueue_many(events, request)
 
     async def cancel(self, event_class: type[Event], event_id: str) -> bool:
         """Removes a pending event; once this returns, no handler will be handed it.
@@ -288,15 +275,8 @@ class EventService:
         wins: declared with an event of another type, the name moves, and the other type's
         schedule and its pending tick are removed before this one's first tick.
         """
-        self._schedules.add(
-            name,
-            event=event,
-            cron=cron,
-            every=every,
-            tz=tz,
-            misfire=misfire,
-            max_catch_up=max_catch_up,
-        )
+        spec = ScheduleSpec.of(cron=cron, every=every, tz=tz)
+        self._schedules.add(name, event, spec, misfire=misfire, max_catch_up=max_catch_up)
 
     async def remove_schedule(self, name: str) -> bool:
         """Stops the schedule everywhere, whichever event type holds the name: its record

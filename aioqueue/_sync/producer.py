@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from types import MappingProxyType, TracebackType
-from typing import TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeVar
 
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -38,6 +38,7 @@ from aioqueue._model.instrumentation import Instrumentation
 from aioqueue._model.metrics import Metrics
 from aioqueue._model.serializer import Serializer
 from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
+from aioqueue._producing.enqueue_options import EnqueueOptions, EnqueueRequest
 from aioqueue._producing.settings import (
     INSTRUMENTATION,
     MAX_PAYLOAD_BYTES,
@@ -52,7 +53,6 @@ from aioqueue._producing.writes import (
     enqueue_many_steps,
     enqueue_steps,
     event_item,
-    max_wait_ms,
     reschedule_steps,
 )
 from aioqueue._transport.client import SyncRedisClient, producer_client_from_url
@@ -61,6 +61,9 @@ from aioqueue._transport.recovery import logger
 from aioqueue._transport.steps import Steps, run_steps_sync
 from aioqueue._wire.event_types import EventTypeRecord, EventTypes
 from aioqueue._wire.keys import MAX_PARTITIONS
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11 (3.10 is supported)
 
 __all__ = ["SyncProducer"]
 
@@ -153,14 +156,7 @@ class SyncProducer:
         return self._config
 
     def enqueue(
-        self,
-        event: Event,
-        delay: Duration | None = None,
-        *,
-        at: datetime | None = None,
-        context: Mapping[str, str] | None = None,
-        replace: bool = False,
-        max_wait: Duration | None = None,
+        self, event: Event, delay: Duration | None = None, **options: Unpack[EnqueueOptions]
     ) -> bool:
         """Schedules `event` after `delay` (timedelta or seconds) or at `at` (aware datetime).
 
@@ -169,18 +165,10 @@ class SyncProducer:
         (exactly as `EventService.enqueue`). Bad input raises InvalidEnqueueError (or its
         InvalidEventError, PayloadTooLargeError) before anything is written.
         """
-        return self.prepare(event, delay, at=at, context=context, replace=replace,
-                            max_wait=max_wait)()  # fmt: skip
+        return self._prepared(event, EnqueueRequest.of("enqueue", delay, options))()
 
     def prepare(
-        self,
-        event: Event,
-        delay: Duration | None = None,
-        *,
-        at: datetime | None = None,
-        context: Mapping[str, str] | None = None,
-        replace: bool = False,
-        max_wait: Duration | None = None,
+        self, event: Event, delay: Duration | None = None, **options: Unpack[EnqueueOptions]
     ) -> Callable[[], bool]:
         """Checks and encodes an enqueue now; the function it returns writes it when called,
         and returns what `enqueue` would.
@@ -190,14 +178,15 @@ class SyncProducer:
         fails here, where the event is decided, and not at the commit. A `delay` counts from
         the call of the returned function, on the server's clock.
         """
+        return self._prepared(event, EnqueueRequest.of("prepare", delay, options))
+
+    def _prepared(self, event: Event, request: EnqueueRequest) -> Callable[[], bool]:
         self._ensure_open()
-        due = DueTime.of(delay, at)
-        mode = WriteMode(replace=replace, max_wait_ms=max_wait_ms(max_wait, replace=replace))
-        item = self._item(event, due, self._context(context))
+        item = self._item(event, request.due, self._context(request.context))
         event_class = type(event)
 
         def write() -> bool:
-            return self._enqueue_item(event_class, item, mode)
+            return self._enqueue_item(event_class, item, request.mode)
 
         # The name callers log it by (Django's robust on_commit names the failed function).
         write.__qualname__ = f"enqueue of {event_class.__qualname__} {item.id!r}"
@@ -207,19 +196,15 @@ class SyncProducer:
         self,
         events: Iterable[Event],
         delay: Duration | None = None,
-        *,
-        at: datetime | None = None,
-        context: Mapping[str, str] | None = None,
-        replace: bool = False,
-        max_wait: Duration | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> list[bool]:
         """Schedules many events with one due time and context, in a few pipelined script
         calls; returns, per event in order, what `enqueue` would have. Every event is checked
         before anything is written."""
+        request = EnqueueRequest.of("enqueue_many", delay, options)
         self._ensure_open()
-        due = DueTime.of(delay, at)
-        mode = WriteMode(replace=replace, max_wait_ms=max_wait_ms(max_wait, replace=replace))
-        context_text = self._context(context)
+        due, mode = request.due, request.mode
+        context_text = self._context(request.context)
         items = [(type(event), self._item(event, due, context_text)) for event in events]
         writes = []
         for event_class, item in items:
@@ -275,12 +260,7 @@ class SyncProducer:
         self._ensure_open()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

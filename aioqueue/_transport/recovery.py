@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 from redis.exceptions import RedisClusterException, RedisError
@@ -100,6 +100,17 @@ class ErrorBackoff:
         logger.debug("%s failed", self._what, exc_info=error)
         await anyio.sleep(seconds)
         self._delay = min(self.CAP, self._delay * 2)
+
+    async def attempt(self, call: Callable[[], Awaitable[object]]) -> bool:
+        """Runs `call` for a loop that repeats it: True when it succeeded (the backoff starts
+        over), False after a Redis error, once this backoff's sleep is over."""
+        try:
+            await call()
+        except REDIS_ERRORS as exc:
+            await self.sleep_after(exc)
+            return False
+        self.reset()
+        return True
 
     def reset(self) -> None:
         if self._failures and self._warned:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 from redis.asyncio import ConnectionPool, Redis
@@ -125,12 +125,8 @@ class Subscriber:
     async def _pubsub(self) -> AsyncIterator[PubSub]:
         client = self._client
         if not isinstance(client, RedisCluster):
-            pubsub = client.pubsub()
-            try:
+            async with _closed_after(client.pubsub()) as pubsub:
                 yield pubsub
-            finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(REPLY_TIMEOUT):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
             return
         # A publish reaches every node of a cluster: any node will do, a new one after an
         # error (the last one may be gone).
@@ -138,13 +134,23 @@ class Subscriber:
         node = client.get_random_node()
         pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
         node_client = Redis(connection_pool=pool)
-        try:
-            pubsub = node_client.pubsub()
-            try:
-                yield pubsub
-            finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(REPLY_TIMEOUT):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(REPLY_TIMEOUT):
-                await node_client.aclose()
+        async with _closed_after(node_client), _closed_after(node_client.pubsub()) as pubsub:
+            yield pubsub
+
+
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Closable)
+
+
+@asynccontextmanager
+async def _closed_after(resource: _C) -> AsyncIterator[_C]:
+    """`resource`, closed however the block ends: shielded from a cancellation, which would
+    leave its connection open, and bounded, since the server may be the reason it ended."""
+    try:
+        yield resource
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(REPLY_TIMEOUT):
+            await resource.aclose()

@@ -21,6 +21,7 @@ from aioqueue._model.errors import InvalidCursorError
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.envelope import (
     died_at_from_ms,
+    iso_or_none,
     parse_dead_letter_fields,
     readable_text,
     stored_payload,
@@ -75,7 +76,7 @@ class PendingEvent:
             "id": self.id,
             "state": self.state,
             "due_at": self.due_at.isoformat(),
-            "lease_ends_at": self.lease_ends_at.isoformat() if self.lease_ends_at else None,
+            "lease_ends_at": iso_or_none(self.lease_ends_at),
             "attempt": self.attempt,
             "payload_bytes": self.payload_bytes,
         }
@@ -123,19 +124,16 @@ class EventInfo:
         """The event as `aioqueue events show --json` and `GET /events/{type}/{id}` show it:
         times as ISO 8601 text, None where the event has no such time."""
 
-        def when(moment: datetime | None) -> str | None:
-            return moment.isoformat() if moment else None
-
         return {
             "id": self.id,
             "type": self.event_type,
             "state": self.state,
-            "due_at": when(self.due_at),
-            "lease_ends_at": when(self.lease_ends_at),
+            "due_at": iso_or_none(self.due_at),
+            "lease_ends_at": iso_or_none(self.lease_ends_at),
             "attempt": self.attempt,
             "retries_left": self.retries_left,
             "last_error": self.last_error,
-            "died_at": when(self.died_at),
+            "died_at": iso_or_none(self.died_at),
             "context": self.context,
             "payload": self.payload,
         }
@@ -229,31 +227,10 @@ async def inspect_event(
             state, due_at, lease_ends_at = "parked", died_at_from_ms(parked_at), None
         else:
             state, due_at, lease_ends_at = _state(fields, float(score or 0), bool(in_ready), now)
-        return EventInfo(
-            id=event_id,
-            event_type=layout.event_type,
-            state=state,
-            due_at=due_at,
-            lease_ends_at=lease_ends_at,
-            attempt=_int(fields.get("attempt")),
-            last_error=_str_or_none(fields.get("error")),
-            payload=_str_or_none(stored_payload(fields)),
-            context=_context(fields),
-        )
+        return _event_info(event_id, layout, fields, state, due_at, lease_ends_at)
     if dead:
-        fields = parse_dead_letter_fields(dead)
-        return EventInfo(
-            id=event_id,
-            event_type=layout.event_type,
-            state="dead",
-            due_at=None,
-            lease_ends_at=None,
-            attempt=_int(fields.get("attempt")),
-            last_error=_str_or_none(fields.get("error")),
-            payload=_str_or_none(stored_payload(fields)),
-            context=_context(fields),
-            died_at=died_at_from_ms(float(died_at or 0)),
-        )
+        died = died_at_from_ms(float(died_at or 0))
+        return _event_info(event_id, layout, parse_dead_letter_fields(dead), "dead", died_at=died)
     return None
 
 
@@ -274,6 +251,31 @@ def _pending_event(
         lease_ends_at=lease_ends_at,
         attempt=_int(fields.get("attempt")),
         payload_bytes=len(payload.encode()) if isinstance(payload, str) else 0,
+    )
+
+
+def _event_info(
+    event_id: str,
+    layout: QueueLayout,
+    fields: dict[str, Any],
+    state: EventState,
+    due_at: datetime | None = None,
+    lease_ends_at: datetime | None = None,
+    *,
+    died_at: datetime | None = None,
+) -> EventInfo:
+    """An event as inspect_event shows it, from its stored (or dead letter's) fields."""
+    return EventInfo(
+        id=event_id,
+        event_type=layout.event_type,
+        state=state,
+        due_at=due_at,
+        lease_ends_at=lease_ends_at,
+        attempt=_int(fields.get("attempt")),
+        last_error=_str_or_none(fields.get("error")),
+        payload=_str_or_none(stored_payload(fields)),
+        context=_context(fields),
+        died_at=died_at,
     )
 
 

@@ -11,7 +11,16 @@ import orjson
 from aioqueue._model.event import Event
 from aioqueue._transport.client import text
 
-__all__ = ["DeadLetter", "Envelope", "EnvelopeError", "stored_payload", "stored_version", "text"]
+__all__ = [
+    "DeadLetter",
+    "Envelope",
+    "EnvelopeError",
+    "iso_or_none",
+    "json_object",
+    "stored_payload",
+    "stored_version",
+    "text",
+]
 
 
 class EnvelopeError(ValueError):
@@ -115,19 +124,33 @@ def died_at_from_ms(milliseconds: float) -> datetime:
         return EPOCH
 
 
+def iso_or_none(moment: datetime | None) -> str | None:
+    """A time as the JSON of the CLI and the HTTP API shows it: ISO 8601 text, or None."""
+    return moment.isoformat() if moment else None
+
+
 def time_problem(milliseconds: float) -> str | None:
     """Why `milliseconds` is no time died_at_from_ms can show, or None."""
     return "no time" if died_at_from_ms(milliseconds) is EPOCH and milliseconds != 0 else None
 
 
-def _load(raw: bytes | str) -> dict[str, Any]:
+def json_object(raw: bytes | str) -> dict[str, Any]:
+    """`raw` read as a JSON object, else ValueError saying what it is not (every entry this
+    package stores in Redis is one: envelopes, schema entries)."""
     try:
         fields = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise EnvelopeError(f"envelope is not valid JSON: {exc}") from exc
+        raise ValueError(f"not valid JSON: {exc}") from exc
     if not isinstance(fields, dict):
-        raise EnvelopeError("envelope is not a JSON object")
+        raise ValueError("not a JSON object")
     return fields
+
+
+def _load(raw: bytes | str) -> dict[str, Any]:
+    try:
+        return json_object(raw)
+    except ValueError as exc:
+        raise EnvelopeError(f"envelope is {exc}") from exc
 
 
 def _str(value: object, name: str) -> str:

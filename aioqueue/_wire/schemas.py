@@ -21,7 +21,7 @@ from aioqueue._transport.call_gate import gated_call
 from aioqueue._transport.client import RedisClient
 from aioqueue._transport.recovery import logger
 from aioqueue._transport.steps import Steps, run_steps
-from aioqueue._wire.envelope import readable_text, text
+from aioqueue._wire.envelope import json_object, readable_text, text
 
 __all__ = [
     "PublishedSchema",
@@ -58,12 +58,7 @@ class PublishedSchema:
     @classmethod
     def parse(cls, event_type: str, raw: bytes | str) -> PublishedSchema:
         """Raises ValueError for an entry that is not one this module wrote."""
-        try:
-            entry = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"not JSON ({exc})") from exc
-        if not isinstance(entry, dict):
-            raise ValueError("not a JSON object")
+        entry = json_object(raw)
         schema, digest, at = entry.get("schema"), entry.get("digest"), entry.get("published_at")
         if not isinstance(schema, dict) or not isinstance(digest, str):
             raise ValueError("needs an object 'schema' and a string 'digest'")

@@ -138,15 +138,14 @@ class LuaScript:
         return f"LuaScript({self.name!r}, sha={self.sha[:10]})"
 
 
+# The scripts of the queue store (store.py) and the enqueue, which two modules build calls
+# of; every other script is declared beside the one module that runs it.
 ENQUEUE = LuaScript("enqueue")
 DISPATCH = LuaScript("dispatch")
 CLAIM = LuaScript("claim")
 ACKNOWLEDGE = LuaScript("acknowledge")
 FAIL = LuaScript("fail")
-CANCEL = LuaScript("cancel")
 REQUEUE = LuaScript("requeue")
 RENEW = LuaScript("renew")
 PEEK = LuaScript("peek")
 HAND_BACK = LuaScript("hand_back")
-RESCHEDULE = LuaScript("reschedule")
-TAKE_OVER_RUN = LuaScript("take_over_run")

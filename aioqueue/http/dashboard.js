@@ -38,6 +38,15 @@ function cell(row, text, className, field) {
   return td;
 }
 
+// The body of the table `selector`, emptied; when `items` is empty, one row saying `empty`
+// across its `columns`.
+function emptiedBody(selector, items, empty, columns) {
+  const body = document.querySelector(`${selector} tbody`);
+  body.replaceChildren();
+  if (!items.length) cell(body.insertRow(), empty, "empty").colSpan = columns;
+  return body;
+}
+
 function seconds(value) {
   if (value < 1) return Math.round(value * 1000) + " ms";
   if (value < 120) return value.toFixed(1) + " s";
@@ -52,13 +61,8 @@ function renderQueues(stats) {
     item.textContent = problem;
     return item;
   }));
-  const body = document.querySelector("#queues tbody");
-  body.replaceChildren();
-  if (!stats.types.length) {
-    const row = body.insertRow();
-    const td = cell(row, "no event types registered under prefix " + stats.prefix, "empty");
-    td.colSpan = 8;
-  }
+  const body = emptiedBody(
+    "#queues", stats.types, "no event types registered under prefix " + stats.prefix, 8);
   for (const q of stats.types) {
     const row = body.insertRow();
     row.dataset.type = q.type;
@@ -125,12 +129,7 @@ function drawChart(svgId, legendId, lines, samples = history) {
 }
 
 function renderDeadLetters(listing) {
-  const body = document.querySelector("#dead-letters tbody");
-  body.replaceChildren();
-  if (!listing.dead_letters.length) {
-    const td = cell(body.insertRow(), "no dead letters", "empty");
-    td.colSpan = 6;
-  }
+  const body = emptiedBody("#dead-letters", listing.dead_letters, "no dead letters", 6);
   for (const letter of listing.dead_letters) {
     const row = body.insertRow();
     row.dataset.type = letter.type;
@@ -149,12 +148,7 @@ function renderDeadLetters(listing) {
 }
 
 function renderTypes(listing) {
-  const body = document.querySelector("#types tbody");
-  body.replaceChildren();
-  if (!listing.types.length) {
-    const td = cell(body.insertRow(), "no event types", "empty");
-    td.colSpan = 3;
-  }
+  const body = emptiedBody("#types", listing.types, "no event types", 3);
   for (const type of listing.types) {
     const row = body.insertRow();
     row.dataset.type = type.type;
@@ -188,12 +182,7 @@ async function togglePause(queue, button) {
 }
 
 function renderSchedules(listing) {
-  const body = document.querySelector("#schedules tbody");
-  body.replaceChildren();
-  if (!listing.schedules.length) {
-    const td = cell(body.insertRow(), "no schedules", "empty");
-    td.colSpan = 6;
-  }
+  const body = emptiedBody("#schedules", listing.schedules, "no schedules", 6);
   const moment = (value) => value ? value.replace("T", " ").slice(0, 19) : "-";
   for (const schedule of listing.schedules) {
     const row = body.insertRow();

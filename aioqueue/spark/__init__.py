@@ -33,12 +33,20 @@ except ImportError as exc:
     ) from exc
 
 from ._columns import InvalidDataFrameError
-from ._read import read_dead_letters, read_pending
-from ._schedule import ForeachBatchWriter, ScheduleResult, foreach_batch_writer, schedule_dataframe
+from ._read import ReadOptions, read_dead_letters, read_pending
+from ._schedule import (
+    ForeachBatchWriter,
+    ScheduleOptions,
+    ScheduleResult,
+    foreach_batch_writer,
+    schedule_dataframe,
+)
 
 __all__ = [
     "ForeachBatchWriter",
     "InvalidDataFrameError",
+    "ReadOptions",
+    "ScheduleOptions",
     "ScheduleResult",
     "foreach_batch_writer",
     "read_dead_letters",

@@ -18,13 +18,14 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict, cast
 
 import orjson
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from aioqueue._model.checks import refuse_unknown_keywords
 from aioqueue._model.event import Event
 from aioqueue._transport.client import SyncRedisClient
 from aioqueue._wire.envelope import stored_payload, text
@@ -34,8 +35,9 @@ from ._connection import redis_client, resolve_layout
 
 if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
+    from typing_extensions import Unpack  # typing's own from Python 3.11 (3.10 is supported)
 
-__all__ = ["read_dead_letters", "read_pending"]
+__all__ = ["ReadOptions", "read_dead_letters", "read_pending"]
 
 Session: TypeAlias = "SparkSession | ConnectSession"
 """A classic session or a Spark Connect one (not a subclass of the classic class)."""
@@ -72,44 +74,43 @@ _ARROW_SCHEMA = pa.schema(
 )
 
 
+class ReadOptions(TypedDict, total=False):
+    """The options of `read_pending` and `read_dead_letters`, each optional."""
+
+    prefix: str
+    """The service's key prefix (default "aioqueue")."""
+    partitions: int | None
+    """The type's partition count: needed only for a partitioned type that no service has
+    recorded in the registry."""
+    rows_per_task: int
+    """How many events each Spark task reads at most (default 100,000)."""
+
+
 def read_pending(
-    spark: Session,
-    url: str,
-    event_type: str | type[Event],
-    *,
-    prefix: str = "aioqueue",
-    partitions: int | None = None,
-    rows_per_task: int = 100_000,
+    spark: Session, url: str, event_type: str | type[Event], **options: Unpack[ReadOptions]
 ) -> DataFrame:
     """The type's pending events as a DataFrame, read by the executors.
 
     Columns: id, event_type, due_at (timestamp: when the next attempt is due; for an event
     being handled right now, when it is retried should its worker be lost), attempt (int:
     deliveries so far), payload (JSON text), context (map<string,string>) and error (the last
-    failure of an event waiting for a retry, else null). `partitions` is only needed for a
-    partitioned type that no service has recorded in the registry; `rows_per_task` sizes the
-    slices each Spark task reads.
+    failure of an event waiting for a retry, else null). The options are ReadOptions.
     """
-    frame = _read(spark, url, event_type, prefix, partitions, rows_per_task, "pending")
+    frame = _read(spark, url, event_type, options, "pending", caller="read_pending")
     return frame.selectExpr(*_COLUMNS)
 
 
 def read_dead_letters(
-    spark: Session,
-    url: str,
-    event_type: str | type[Event],
-    *,
-    prefix: str = "aioqueue",
-    partitions: int | None = None,
-    rows_per_task: int = 100_000,
+    spark: Session, url: str, event_type: str | type[Event], **options: Unpack[ReadOptions]
 ) -> DataFrame:
     """The type's dead letters as a DataFrame, read by the executors.
 
     Columns: id, event_type, due_at (timestamp of the last attempt, null if it never ran),
     attempt (int), payload (JSON text; null when the stored envelope itself was unreadable),
-    context (map<string,string>), error (why it died) and died_at (timestamp).
+    context (map<string,string>), error (why it died) and died_at (timestamp). The options
+    are ReadOptions.
     """
-    frame = _read(spark, url, event_type, prefix, partitions, rows_per_task, "dead")
+    frame = _read(spark, url, event_type, options, "dead", caller="read_dead_letters")
     return frame.selectExpr(*_COLUMNS, "timestamp_millis(died_ms) AS died_at")
 
 
@@ -151,13 +152,16 @@ def _read(
     spark: Session,
     url: str,
     event_type: str | type[Event],
-    prefix: str,
-    partitions: int | None,
-    rows_per_task: int,
+    options: ReadOptions,
     kind: Kind,
+    *,
+    caller: str,
 ) -> DataFrame:
+    refuse_unknown_keywords(caller, options, ReadOptions.__optional_keys__)
     wire_name = checked_event_type(event_type)
-    prefix = checked_prefix(prefix)
+    prefix = checked_prefix(options.get("prefix", "aioqueue"))
+    partitions = options.get("partitions")
+    rows_per_task = options.get("rows_per_task", 100_000)
     if isinstance(rows_per_task, bool) or not isinstance(rows_per_task, int) or rows_per_task < 1:
         raise ValueError(f"rows_per_task must be an integer >= 1, got {rows_per_task!r}")
     with redis_client(url) as client:

@@ -6,9 +6,11 @@ import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from pyspark.sql import DataFrame
 
+from aioqueue._model.checks import refuse_unknown_keywords
 from aioqueue._model.config import Durability
 from aioqueue._model.event import Event
 from aioqueue._wire.keys import QueueLayout
@@ -23,7 +25,16 @@ from ._connection import published_schema, redis_client, resolve_layout
 from ._schema_check import check_payload_columns
 from ._write import COUNTS_SCHEMA, WritePlan, write_batches
 
-__all__ = ["ForeachBatchWriter", "ScheduleResult", "foreach_batch_writer", "schedule_dataframe"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11 (3.10 is supported)
+
+__all__ = [
+    "ForeachBatchWriter",
+    "ScheduleOptions",
+    "ScheduleResult",
+    "foreach_batch_writer",
+    "schedule_dataframe",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,24 +58,39 @@ class ScheduleResult:
         )
 
 
+class ScheduleOptions(TypedDict, total=False):
+    """The options of `schedule_dataframe` and `foreach_batch_writer` besides `url`, each
+    optional; `schedule_dataframe` says what each means."""
+
+    id_col: str
+    """The event id's column (default "id")."""
+    due_col: str | None
+    """A timestamp column: when each event is due."""
+    delay_col: str | None
+    """Or seconds (a number) or a day-time interval from the server's now."""
+    payload_cols: Sequence[str] | None
+    """The payload's columns (default: every column not named by another option)."""
+    context_cols: Sequence[str] | None
+    """String columns (or maps of strings) that become the event's context."""
+    prefix: str
+    """The service's key prefix (default "aioqueue")."""
+    replace: bool
+    """Overwrite pending events of the same ids (default False)."""
+    batch_size: int
+    """Rows per enqueue script call (default 1000)."""
+    partitions: int | None
+    """The type's partition count, when no service has recorded it yet."""
+    durability: Durability | None
+    """Replicas that must confirm every write, as the service's `durability(...)`."""
+
+
 def schedule_dataframe(
-    df: DataFrame,
-    event_type: str | type[Event],
-    *,
-    url: str,
-    id_col: str = "id",
-    due_col: str | None = None,
-    delay_col: str | None = None,
-    payload_cols: Sequence[str] | None = None,
-    context_cols: Sequence[str] | None = None,
-    prefix: str = "aioqueue",
-    replace: bool = False,
-    batch_size: int = 1000,
-    partitions: int | None = None,
-    durability: Durability | None = None,
+    df: DataFrame, event_type: str | type[Event], *, url: str, **options: Unpack[ScheduleOptions]
 ) -> ScheduleResult:
     """Schedules one event of `event_type` per row of `df`; returns how many were new.
 
+    `url` names the Redis server (as `EventServiceBuilder.url` does); the options, each
+    optional (ScheduleOptions):
     - `id_col`: the event id (a non-null, non-empty string column).
     - `due_col`: when it is due (a timestamp column), or `delay_col`: seconds (a number) or a
       day-time interval from the Redis server's now; neither means due now.
@@ -96,39 +122,12 @@ def schedule_dataframe(
     attempt 0), once per run. Duplicate ids inside one frame count as already pending; which
     row wins is not defined.
     """
-    # A run is what a streaming writer does with each micro-batch, without the caching: the
-    # options are checked, and made into the job, in one place.
-    writer = foreach_batch_writer(
-        event_type,
-        url=url,
-        id_col=id_col,
-        due_col=due_col,
-        delay_col=delay_col,
-        payload_cols=payload_cols,
-        context_cols=context_cols,
-        prefix=prefix,
-        replace=replace,
-        batch_size=batch_size,
-        partitions=partitions,
-        durability=durability,
-    )
-    return writer._job.write(df)
+    # A run is what a streaming writer does with each micro-batch, without the caching.
+    return ScheduleJob.of("schedule_dataframe", event_type, url, options).write(df)
 
 
 def foreach_batch_writer(
-    event_type: str | type[Event],
-    *,
-    url: str,
-    id_col: str = "id",
-    due_col: str | None = None,
-    delay_col: str | None = None,
-    payload_cols: Sequence[str] | None = None,
-    context_cols: Sequence[str] | None = None,
-    prefix: str = "aioqueue",
-    replace: bool = False,
-    batch_size: int = 1000,
-    partitions: int | None = None,
-    durability: Durability | None = None,
+    event_type: str | type[Event], *, url: str, **options: Unpack[ScheduleOptions]
 ) -> ForeachBatchWriter:
     """A function for `df.writeStream.foreachBatch(...)` that schedules each micro-batch.
 
@@ -136,17 +135,7 @@ def foreach_batch_writer(
     is checked and written. A replayed micro-batch (a restart from the checkpoint before the
     batch was committed) keeps the ids still pending, like a second run.
     """
-    job = ScheduleJob(
-        event_type=checked_event_type(event_type),
-        url=url,
-        columns=_columns(id_col, due_col, delay_col, payload_cols, context_cols),
-        prefix=checked_prefix(prefix),
-        replace=bool(replace),
-        batch_size=checked_batch_size(batch_size),
-        partitions=partitions,
-        durability=Durability.checked(durability),
-    )
-    return ForeachBatchWriter(job)
+    return ForeachBatchWriter(ScheduleJob.of("foreach_batch_writer", event_type, url, options))
 
 
 class ForeachBatchWriter:
@@ -182,6 +171,31 @@ class ScheduleJob:
     partitions: int | None
     durability: Durability | None = None
     layout: QueueLayout | None = None
+
+    @classmethod
+    def of(
+        cls, caller: str, event_type: str | type[Event], url: str, options: ScheduleOptions
+    ) -> ScheduleJob:
+        """The options `caller` was given, checked (InvalidDataFrameError, ConfigurationError;
+        TypeError for an unknown one)."""
+        refuse_unknown_keywords(caller, options, ScheduleOptions.__optional_keys__)
+        columns = ScheduleColumns(
+            id_col=options.get("id_col", "id"),
+            due_col=options.get("due_col"),
+            delay_col=options.get("delay_col"),
+            payload_cols=_tuple_or_none(options.get("payload_cols")),
+            context_cols=tuple(options.get("context_cols") or ()),
+        )
+        return cls(
+            event_type=checked_event_type(event_type),
+            url=url,
+            columns=columns,
+            prefix=checked_prefix(options.get("prefix", "aioqueue")),
+            replace=bool(options.get("replace", False)),
+            batch_size=checked_batch_size(options.get("batch_size", 1000)),
+            partitions=options.get("partitions"),
+            durability=Durability.checked(options.get("durability")),
+        )
 
     def write(self, df: DataFrame) -> ScheduleResult:
         prepared = self.columns.prepare(df)
@@ -226,17 +240,5 @@ class ScheduleJob:
         )
 
 
-def _columns(
-    id_col: str,
-    due_col: str | None,
-    delay_col: str | None,
-    payload_cols: Sequence[str] | None,
-    context_cols: Sequence[str] | None,
-) -> ScheduleColumns:
-    return ScheduleColumns(
-        id_col=id_col,
-        due_col=due_col,
-        delay_col=delay_col,
-        payload_cols=None if payload_cols is None else tuple(payload_cols),
-        context_cols=tuple(context_cols or ()),
-    )
+def _tuple_or_none(columns: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if columns is None else tuple(columns)

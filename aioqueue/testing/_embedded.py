@@ -7,7 +7,6 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import redis
@@ -43,12 +42,7 @@ class EmbeddedProcess(abc.ABC):
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 

@@ -8,12 +8,13 @@ import math
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import anyio
 import pytest
 import redis.asyncio as redis
 
-from aioqueue import EventServiceBuilder, InvalidEnqueueError, PayloadTooLargeError
+from aioqueue import EventServiceBuilder, InvalidEnqueueError, PayloadTooLargeError, SyncProducer
 from aioqueue._producing.writes import MAX_DELAY, DueTime
 from tests.support.common import OrderTimeout, PaymentCheck, Recorder, wait_until
 
@@ -45,6 +46,30 @@ async def test_an_oversized_payload_is_refused_and_nothing_is_written(
                 [OrderTimeout(id="o-4"), OrderTimeout(id="o-5", reason="é" * 60)], 60
             )
     assert await redis_client.hkeys("aioqueue:{OrderTimeout}:events") == [b"o-1"]
+
+
+async def test_a_misspelt_enqueue_keyword_is_refused_as_python_would_and_nothing_is_written(
+    service_builder: Builder, redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The enqueue keywords are declared once (EnqueueOptions) and taken as `**options`, which
+    Python does not check by itself: every entry point refuses an unknown one."""
+    bad: dict[str, Any] = {"replaced": True}
+    async with service_builder().enable_scheduling(False).build() as service:
+        with pytest.raises(
+            TypeError, match=r"^enqueue\(\) got an unexpected keyword argument 'replaced'$"
+        ):
+            await service.enqueue(OrderTimeout(id="o-1"), 60, **bad)
+        with pytest.raises(TypeError, match=r"^enqueue_many\(\) got an unexpected keyword"):
+            await service.enqueue_many([OrderTimeout(id="o-2")], 60, **bad)
+        assert await service.enqueue(OrderTimeout(id="o-3"), 60, replace=True, context={"a": "b"})
+    with SyncProducer(redis_url) as producer:
+        with pytest.raises(TypeError, match=r"^enqueue\(\) got an unexpected keyword"):
+            producer.enqueue(OrderTimeout(id="o-4"), 60, **bad)
+        with pytest.raises(TypeError, match=r"^enqueue_many\(\) got an unexpected keyword"):
+            producer.enqueue_many([OrderTimeout(id="o-5")], 60, **bad)
+        with pytest.raises(TypeError, match=r"^prepare\(\) got an unexpected keyword"):
+            producer.prepare(OrderTimeout(id="o-6"), 60, **bad)
+    assert await redis_client.hkeys("aioqueue:{OrderTimeout}:events") == [b"o-3"]
 
 
 async def test_due_times_more_than_a_hundred_years_ahead_are_refused(

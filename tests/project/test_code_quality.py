@@ -51,6 +51,48 @@ def test_the_package_type_checks_on_the_oldest_and_newest_python(version: str) -
     assert result.stdout.startswith("Success: no issues found"), result.stdout
 
 
+# Keywords declared once as a TypedDict and taken as `**options: Unpack[...]`: what a type
+# checker makes of a caller's keywords (lines 15-18 below are wrong, line 14 is right).
+KEYWORDS_SNIPPET = """\
+from dataclasses import dataclass
+from typing import Any
+
+from aioqueue import Event, EventService, SyncProducer
+from aioqueue.spark import read_pending
+
+
+@dataclass
+class Ping(Event):
+    id: str
+
+
+async def use(service: EventService, producer: SyncProducer, spark: Any) -> None:
+    await service.enqueue(Ping(id="1"), 5, replace=True, context={"a": "b"}, max_wait=2.0)
+    await service.enqueue(Ping(id="1"), 5, replaced=True)
+    producer.enqueue(Ping(id="1"), 5, max_wait="soon")
+    await service.enqueue_many([Ping(id="2")], at=5)
+    read_pending(spark, "redis://", Ping, prefx="p")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_type_checker_sees_every_keyword_declared_once(tmp_path: Path) -> None:
+    """The enqueue keywords (EnqueueOptions) and the Spark options reach type checkers as the
+    keywords they are: a misspelt one and a value of the wrong type are errors, right ones
+    are not."""
+    snippet = tmp_path / "callers.py"
+    snippet.write_text(KEYWORDS_SNIPPET)
+    result = _run([sys.executable, "-m", "mypy", "--strict", str(snippet)])
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    flagged = {int(line.split(":")[1]) for line in errors}
+    assert flagged == {15, 16, 17, 18}, result.stdout
+    assert 'Unexpected keyword argument "replaced"' in result.stdout
+    assert 'Argument "max_wait" to "enqueue" of "SyncProducer" has incompatible type "str"' in (
+        result.stdout
+    )
+    assert 'Unexpected keyword argument "prefx"' in result.stdout
+
+
 def _vermin(*paths: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """vermin (it has no `python -m` entry), failing on anything newer than OLDEST_PYTHON.
 

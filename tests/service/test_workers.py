@@ -262,10 +262,11 @@ async def test_the_health_port_of_a_service_in_an_app(service_builder: Builder) 
     async with service:
         assert service.health_address is not None
         port = service.health_address[1]
-        assert await anyio.to_thread.run_sync(probe, port, "/readyz") == (
-            200,
-            {"status": "ok", "reason": "running; Redis answers"},
-        )
+        # Ready once the first heartbeat lists the worker, a moment after the start.
+        assert await probe_until(port, "/readyz", 200) == {
+            "status": "ok",
+            "reason": "running; Redis answers",
+        }
         status, body = await anyio.to_thread.run_sync(probe, port, "/nothing")
         assert status == 404
         assert "/livez" in body["error"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import Any
 
 import orjson
 import pytest
@@ -15,7 +16,14 @@ from aioqueue._wire.envelope import text
 from aioqueue._wire.functions import LIBRARY
 from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.registry import registry_key
-from aioqueue.spark import InvalidDataFrameError, ScheduleResult, schedule_dataframe
+from aioqueue.spark import (
+    InvalidDataFrameError,
+    ScheduleResult,
+    foreach_batch_writer,
+    read_dead_letters,
+    read_pending,
+    schedule_dataframe,
+)
 from tests.support.common import PaymentCheck, Recorder, queue_key, wait_until
 from tests.support.spark_fixtures import off_loop
 
@@ -230,3 +238,21 @@ async def test_context_merges_string_and_map_columns_without_nulls(
     stored = await envelopes(redis_client)
     assert stored["p-1"]["context"] == {"trace": "from-map", "tenant": "acme", "shard": "7"}
     assert stored["p-2"].get("context", {}) == {}
+
+
+async def test_a_misspelt_option_is_refused_as_python_would_and_nothing_is_written(
+    spark: SparkSession, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The options are declared once (ScheduleOptions, ReadOptions) and taken as `**options`,
+    which Python does not check by itself: each function refuses an unknown one up front."""
+    orders = spark.createDataFrame([("o-1", 1)], "id string, order_id int")
+    bad: dict[str, Any] = {"id_column": "id"}
+    with pytest.raises(TypeError, match=r"^schedule_dataframe\(\) got an unexpected keyword"):
+        schedule_dataframe(orders, PaymentCheck, url=redis_url, **bad)
+    with pytest.raises(TypeError, match=r"^foreach_batch_writer\(\) got an unexpected keyword"):
+        foreach_batch_writer(PaymentCheck, url=redis_url, **bad)
+    with pytest.raises(TypeError, match=r"^read_pending\(\) got an unexpected keyword"):
+        read_pending(spark, redis_url, PaymentCheck, **bad)
+    with pytest.raises(TypeError, match=r"^read_dead_letters\(\) got an unexpected keyword"):
+        read_dead_letters(spark, redis_url, PaymentCheck, **bad)
+    assert await redis_client.keys("*") == []
