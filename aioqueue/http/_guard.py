@@ -37,9 +37,19 @@ def hosts_for_bind(host: str, port: int, extra: Iterable[str] = ()) -> frozenset
     """The Host header values a server bound to `host:port` answers: the loopback names for
     a loopback bind, the address itself otherwise, and the operator's `extra` names (a DNS
     name of the machine, a proxy's), with and without the port."""
-    names = {"127.0.0.1", "localhost", "[::1]"} if is_loopback(host) else {host}
-    names |= set(extra)
-    return frozenset(name for base in names for name in (base, f"{base}:{port}"))
+    names = {"127.0.0.1", "localhost", "[::1]"} if is_loopback(host) else {_as_in_host(host)}
+    names |= {_as_in_host(name) for name in extra}
+    return frozenset(name.lower() for base in names for name in (base, f"{base}:{port}"))
+
+
+def _as_in_host(name: str) -> str:
+    """`name` as a Host header carries it: an IPv6 address in brackets (RFC 3986), so that a
+    server bound to one answers the requests made to it."""
+    try:
+        address = ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return name
+    return f"[{address.compressed}]" if address.version == 6 else name
 
 
 class RequestGuard:

@@ -14,6 +14,7 @@ import orjson
 import pytest
 import redis.asyncio as redis
 
+from aioqueue.http._guard import hosts_for_bind
 from aioqueue.testing import EmbeddedServer
 from tests.support.common import queue_key
 from tests.support.ops import ROOT, ServedApp, declare, serve
@@ -92,3 +93,16 @@ async def test_a_public_bind_needs_a_token_or_insecure(redis_server: EmbeddedSer
             started = await anyio.run_process([*command, *extra], cwd=ROOT, check=False)
         assert started.returncode != 0
         assert b"refusing to serve" not in started.stderr, extra
+
+
+def test_the_hosts_of_a_bind_are_spelled_as_a_host_header_carries_them() -> None:
+    """An IPv6 address arrives in brackets (`Host: [2001:db8::5]:8000`), and a Host header is
+    compared without case: a server bound to an IPv6 address, or given a name in capitals,
+    answers the requests made to it."""
+    public = hosts_for_bind("2001:DB8:0::5", 8000, ["Queues.Example", "fd00::1"])
+    assert {"[2001:db8::5]", "[2001:db8::5]:8000", "[fd00::1]:8000"} <= public
+    assert {"queues.example", "queues.example:8000"} <= public
+    assert "2001:db8::5:8000" not in public  # no ambiguous unbracketed form
+    loopback = hosts_for_bind("::1", 8000)
+    assert {"[::1]:8000", "127.0.0.1:8000", "localhost:8000"} <= loopback
+    assert hosts_for_bind("10.0.0.5", 80) == {"10.0.0.5", "10.0.0.5:80"}
