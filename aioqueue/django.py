@@ -27,6 +27,7 @@ except ImportError as exc:
         "aioqueue.django needs Django: pip install 'aioqueue-redis[django]'", name="django"
     ) from exc
 
+from aioqueue._model.checks import refuse_unknown_keywords
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
 from aioqueue._producing.enqueue_options import EnqueueOptions
@@ -58,5 +59,6 @@ def enqueue_on_commit(
     `atomic()` block (or the request) after the data committed, unless `robust=True`, with
     which Django logs it and runs the remaining on-commit functions.
     """
+    refuse_unknown_keywords("enqueue_on_commit", options, EnqueueOptions.__optional_keys__)
     write = producer.prepare(event, delay, **options)
     transaction.on_commit(write, using=using, robust=robust)

@@ -181,6 +181,12 @@ def test_bad_input_raises_at_the_call_inside_the_transaction(
         place_order_with_a_bad_event()
     assert order_count() == before  # the transaction rolled back with the error
     assert sync_redis.keys() == []
+    # A misspelt keyword is refused the same way, naming this function.
+    misspelt: dict[str, Any] = {"replaced": True}
+    refused = pytest.raises(TypeError, match=r"^enqueue_on_commit\(\) got an unexpected keyword")
+    with refused, transaction.atomic():
+        enqueue_on_commit(producer, PaymentCheck(id="p-1", order_id=1), 3600, **misspelt)
+    assert sync_redis.keys() == []
 
 
 def test_outside_a_transaction_it_is_written_at_once(
