@@ -30,8 +30,7 @@ class EnqueueOptions(TypedDict, total=False):
     """
 
     at: datetime | None
-    """Due at this aware datetime instead of after `delay` (give one of them, or neither for
-    now)."""
+    """Due at this aware datetime instead of after `delay` (give exactly one of them)."""
     context: Mapping[str, str] | None
     """Strings handed to the handler with the event (its delivery context)."""
     replace: bool
