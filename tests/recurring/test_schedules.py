@@ -58,10 +58,12 @@ async def test_schedules_lists_what_redis_holds(service_builder: Builder) -> Non
     async with service_builder().build() as service:
         service.add_schedule("nightly", cron="0 3 * * *", tz="Europe/Paris", event=beat)
 
-        async def listed() -> bool:
-            return [info.name for info in await service.schedules()] == ["nightly"]
+        # The keeper declares the schedule's record, then writes its next tick: two calls.
+        async def listed_with_its_tick() -> bool:
+            names = [info.name for info in await service.schedules()]
+            return names == ["nightly"] and bool((await service.pending(Beat)).events)
 
-        await wait_until(listed)
+        await wait_until(listed_with_its_tick)
         [info] = await service.schedules()
         assert (info.event_type, info.spec, info.tz) == ("Beat", "0 3 * * *", "Europe/Paris")
         assert info.next_tick is not None
