@@ -8,7 +8,7 @@ from datetime import datetime
 
 from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
-from aioqueue._producing.enqueue_options import EnqueueRequest
+from aioqueue._producing.enqueue_options import EnqueueOptions, EnqueueRequest
 from aioqueue._producing.producer import EnqueueOutcome, Producer
 from aioqueue._producing.writes import (
     DueTime,
@@ -38,19 +38,20 @@ class Producing:
         self._due_sooner = due_sooner
         self.producer = Producer(runtime.client, runtime.queues, runtime.config)
 
-    async def enqueue(self, event: Event, request: EnqueueRequest) -> bool:
+    async def enqueue(self, event: Event, delay: Duration | None, options: EnqueueOptions) -> bool:
         self._runtime.ensure_open()
+        request = EnqueueRequest.of("enqueue", delay, options)
         outcome = await self.producer.enqueue(
             event, request.due, self._context(request), request.mode
         )
-        # _enqueued for one event, without its list and set: this is the hot path.
-        self._runtime.config.metrics.event_enqueued(outcome.event_type, scheduled=outcome.scheduled)
-        if outcome.scheduled:
-            self._due_sooner(outcome.event_type, request.due.due_in)
+        self._enqueued([outcome], request.due)
         return outcome.scheduled
 
-    async def enqueue_many(self, events: Iterable[Event], request: EnqueueRequest) -> list[bool]:
+    async def enqueue_many(
+        self, events: Iterable[Event], delay: Duration | None, options: EnqueueOptions
+    ) -> list[bool]:
         self._runtime.ensure_open()
+        request = EnqueueRequest.of("enqueue_many", delay, options)
         outcomes = await self.producer.enqueue_many(
             events, request.due, self._context(request), request.mode
         )

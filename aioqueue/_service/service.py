@@ -3,7 +3,9 @@
 `producing.py` writes events, `delivery.py` runs handlers (dispatcher, consumers, leases,
 wake-ups), `schedules.py` keeps recurring schedules, `administration.py` reads and changes
 queues for operators and tests; `runtime.py` is what they share (settings, client, queues,
-life, task group). Every public method here checks nothing itself and forwards to one part.
+life, task group). Every public method here forwards to one part; add_schedule alone does
+something first, reading cron, every and tz into the ScheduleSpec (which checks them) that its
+part takes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from aioqueue._model.durations import Duration
 from aioqueue._model.event import Event
 from aioqueue._model.health import HealthReport
 from aioqueue._model.workers import Worker
-from aioqueue._producing.enqueue_options import EnqueueOptions, EnqueueRequest
+from aioqueue._producing.enqueue_options import EnqueueOptions
 from aioqueue._recurring.keeper import Misfire
 from aioqueue._recurring.records import ScheduleInfo
 from aioqueue._recurring.spec import ScheduleSpec
@@ -134,7 +136,7 @@ class EventService:
         With the builder's `durability(...)`, returns only once the replicas have the event,
         else raises DurabilityError: the event may exist, and enqueueing it again is safe.
         """
-        return await self._producing.enqueue(event, EnqueueRequest.of("enqueue", delay, options))
+        return await self._producing.enqueue(event, delay, options)
 
     async def enqueue_many(
         self,
@@ -148,8 +150,7 @@ class EventService:
         before anything is written. With `durability(...)`, DurabilityError means some of the
         events may exist: enqueue them all again.
         """
-        request = EnqueueRequest.of("enqueue_many", delay, options)
-        return await self._producing.enqueue_many(events, request)
+        return await self._producing.enqueue_many(events, delay, options)
 
     async def cancel(self, event_class: type[Event], event_id: str) -> bool:
         """Removes a pending event; once this returns, no handler will be handed it.
