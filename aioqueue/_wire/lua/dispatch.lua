@@ -175,10 +175,9 @@ if #due > 0 then
   -- leave gaps, which cost nothing.
   local next_move = take_moves(counts, #ids)
   local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
-  -- The envelope's next version, under a lease no worker has claimed yet: written with the
-  -- batch's HSET and ZADD below; returned encoded, for the ready list.
-  local function rewrite_unclaimed(id, envelope)
-    local encoded = cjson.encode(envelope)
+  -- The envelope's next version (its text), under a lease no worker has claimed yet: written
+  -- with the batch's HSET and ZADD below; returned, for the ready list.
+  local function rewrite_unclaimed(id, encoded)
     rewritten[#rewritten + 1] = id
     rewritten[#rewritten + 1] = encoded
     leases[#leases + 1] = unclaimed_lease_end(now, lease)
@@ -225,7 +224,7 @@ if #due > 0 then
           end
           next_move = next_move + 1
         end
-        local encoded = rewrite_unclaimed(id, envelope)
+        local encoded = rewrite_unclaimed(id, cjson.encode(envelope))
         if waiting_at then
           -- The copy must stay byte for byte the stored envelope (see delivery_of).
           redis.call('LSET', ready, waiting_at, delivery_of(id, encoded))
@@ -276,18 +275,24 @@ if #due > 0 then
             parked_members[#parked_members + 1] = 0
             parked_members[#parked_members + 1] = serial_member(value, at, id)
           else
-            envelope.serial = value  -- what acknowledge and fail free when it settles
-            envelope.parked = nil
             if envelope.due_at == nil then
               started = started + 1
             end
-            envelope.attempt = attempt + 1
-            envelope.due_at = score
+            local encoded = first_attempt_text(raw, envelope, value, score, next_move)
+            if not encoded then
+              envelope.serial = value  -- what acknowledge and fail free when it settles
+              envelope.parked = nil
+              envelope.attempt = attempt + 1
+              envelope.due_at = score
+              if next_move then
+                envelope.moved, envelope.pushed = next_move, next_move
+              end
+              encoded = cjson.encode(envelope)
+            end
             if next_move then
-              envelope.moved, envelope.pushed = next_move, next_move
               next_move = next_move + 1
             end
-            deliveries[#deliveries + 1] = delivery_of(id, rewrite_unclaimed(id, envelope))
+            deliveries[#deliveries + 1] = delivery_of(id, rewrite_unclaimed(id, encoded))
           end
         end
       end

@@ -1,0 +1,167 @@
+"""Where the hot scripts read or write an envelope's text without decoding it, the text means
+what decoding and encoding it would, checked by the server's own cjson for every case.
+
+The helpers are the prelude's (aioqueue/_wire/lua/_prelude.lua), run on a real server with a
+few lines of Lua after them, as every script runs them.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import orjson
+import pytest
+
+from aioqueue._transport.client import RedisClient
+
+PRELUDE = (resources.files("aioqueue._wire") / "lua" / "_prelude.lua").read_text()
+
+
+async def run_lua(redis_client: RedisClient, body: str, *args: str) -> Any:
+    """`body` run after the prelude, with `args` as ARGV."""
+    return await redis_client.eval(PRELUDE + "\n" + body, 0, *args)
+
+
+async def test_delivery_ids_are_quoted_as_cjson_quotes_them(redis_client: RedisClient) -> None:
+    """delivery_of quotes most ids by hand: for an id with each byte, and for ids of several
+    characters, the text is the one cjson.encode(id) gives, and JSON reads the id back."""
+    mismatched = await run_lua(
+        redis_client,
+        """
+        local mismatched = {}
+        for byte = 0, 255 do
+          local id = 'e-' .. string.char(byte) .. '-1'
+          local expected = '{"id":' .. cjson.encode(id) .. ',"v":1}'
+          if delivery_of(id, '{"v":1}') ~= expected then
+            mismatched[#mismatched + 1] = byte
+          end
+        end
+        return mismatched
+        """,
+    )
+    assert mismatched == []
+    for event_id in ["order-1", "a/b", 'say "hi"', "back\\slash", "tab\there", "żółw", ""]:
+        delivery = await run_lua(
+            redis_client, "return delivery_of(ARGV[1], ARGV[2])", event_id, '{"v":3}'
+        )
+        assert orjson.loads(delivery) == {"id": event_id, "v": 3}
+
+
+FRESH = '{"p":"{\\"order_id\\":1}","v":7}'
+SETTLING_CASES = [
+    # (stored envelope, version acknowledged)
+    (FRESH, "7"),
+    (FRESH, "8"),
+    ('{"p":"{}","v":7,"attempt":1,"due_at":1764345600123,"moved":3,"pushed":3}', "7"),
+    ('{"v":7,"due_at":1764345600123,"p":"{}"}', "7"),
+    # A version past 10**14 is written with an exponent, and read by decoding.
+    ('{"p":"{}","v":1e+15,"due_at":5}', "1e+15"),
+    # Written before the one-letter keys.
+    ('{"payload":"{}","version":7,"due_at":5}', "7"),
+    ('{"payload":"{}","version":7,"due_at":5}', "8"),
+    # The names inside a payload's text or a context are not the envelope's fields.
+    ('{"p":"{\\"v\\":8,\\"due_at\\":1}","v":7}', "8"),
+    ('{"p":"{\\"v\\":8,\\"due_at\\":1}","v":7}', "7"),
+    ('{"context":{"v":"8","due_at":"soon","serial":"s"},"p":"{}","v":7}', "8"),
+    ('{"context":{"v":"8","due_at":"soon","serial":"s"},"p":"{}","v":7}', "7"),
+    ('{"context":{"due_at":"soon"},"p":"{}","v":7,"due_at":12}', "7"),
+    # A serial key value, and a due_at written by hand as null (under way, as decoded).
+    ('{"p":"{}","v":7,"serial":"customer-9","due_at":5}', "7"),
+    ('{"p":"{}","v":7,"due_at":null}', "7"),
+    # Not an envelope at all.
+    ('["v",7]', "7"),
+    ("not json", "7"),
+]
+
+
+@pytest.mark.parametrize(("stored", "version"), SETTLING_CASES)
+async def test_acknowledging_reads_an_envelope_as_decoding_it_would(
+    redis_client: RedisClient, stored: str, version: str
+) -> None:
+    """settled_view (what acknowledge_deliveries needs of an envelope) answers as the
+    decoded envelope does: its version, whether an attempt is under way, its serial key."""
+    fast, decoded = await run_lua(
+        redis_client,
+        """
+        local function answer(delivered, under_way, serial_value)
+          if not delivered then return {0} end
+          return {1, under_way and 1 or 0, serial_value or false}
+        end
+        local envelope = decoded_object(ARGV[1])
+        local expected = {0}
+        if envelope and tostring(version_of(envelope)) == ARGV[2] then
+          expected = answer(true, envelope.due_at ~= nil, envelope.serial)
+        end
+        return {answer(settled_view(ARGV[1], ARGV[2])), expected}
+        """,
+        stored,
+        version,
+    )
+    assert fast == decoded
+    assert await run_lua(redis_client, "return settled_view(false, '1') and 1 or 0") == 0
+
+
+FIRST_ATTEMPT_CASES = [
+    FRESH,
+    '{"p":"{}","v":7,"context":{"trace":"t-1"},"since":1764345600000}',
+    '{"payload":"{\\"order_id\\":1}","version":7}',
+    '{"p":"{}","v":7,"error":"an error some producer wrote"}',
+]
+
+
+@pytest.mark.parametrize("stored", FIRST_ATTEMPT_CASES)
+@pytest.mark.parametrize("score", ["1764345600123", "123456789012345678", "0"])
+@pytest.mark.parametrize("move", ["", "41"])
+async def test_a_first_attempt_is_written_as_encoding_it_would(
+    redis_client: RedisClient, stored: str, score: str, move: str
+) -> None:
+    """first_attempt_text (dispatch's write of a first attempt) gives the envelope that
+    cjson.encode of the updated envelope gives, numbers formatted alike, large ones too."""
+    written_bytes, encoded_bytes = await run_lua(
+        redis_client,
+        """
+        local envelope = cjson.decode(ARGV[1])
+        local score, move = tonumber(ARGV[2]), tonumber(ARGV[3])
+        local written = first_attempt_text(ARGV[1], envelope, nil, score, move)
+        envelope.attempt, envelope.due_at = 1, score
+        if move then
+          envelope.moved, envelope.pushed = move, move
+        end
+        return {written, cjson.encode(envelope)}
+        """,
+        stored,
+        score,
+        move,
+    )
+    written, encoded = written_bytes.decode(), encoded_bytes.decode()
+    assert orjson.loads(written) == orjson.loads(encoded)
+    for field in ("due_at", "moved", "pushed"):
+        # As text too: JSON readers parse the same digits (or exponent) either way.
+        assert written.count(f'"{field}":') == encoded.count(f'"{field}":')
+    due_text = encoded.split('"due_at":')[1].split(",")[0].rstrip("}")
+    assert f'"due_at":{due_text}' in written
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        '{"p":"{}","v":7,"attempt":1}',
+        '{"p":"{}","v":7,"due_at":5}',
+        '{"p":"{}","v":7,"moved":2}',
+        '{"p":"{}","v":7,"pushed":2}',
+        '{"p":"{}","v":7,"parked":5}',
+        '{"p":"{}","v":7,"attempt":null}',
+        '{"p":"{}","v":7,"serial":"customer-9"}',
+        '{"p":"{}","v":7} ',
+    ],
+)
+async def test_every_other_attempt_is_encoded_whole(redis_client: RedisClient, stored: str) -> None:
+    """A retry, a parked or lapsed attempt, a changed serial key value or text that does
+    not end its object is left to cjson.encode."""
+    written = await run_lua(
+        redis_client,
+        "return first_attempt_text(ARGV[1], cjson.decode(ARGV[1]), nil, 5, 1) or 'whole'",
+        stored,
+    )
+    assert written == b"whole"
