@@ -99,10 +99,19 @@ async def two_busy_types(builder: Builder, client: redis.Redis, url: str) -> Asy
         await release.wait()
         return True
 
-    # A lease longer than the command can take to start on a loaded machine: the 4 waiting
-    # in the ready list stay there, rather than come due again when their unclaimed lease
-    # (5 s by default) runs out and show as due now for a scheduling interval.
-    held = builder().prefix(prefix).rate_limit(PaymentCheck, 100, per=1).lease(600).build()
+    # A lease and a handler timeout longer than the command can take to start on a loaded
+    # machine: the 4 waiting in the ready list stay there, rather than come due again when
+    # their unclaimed lease (5 s by default) runs out and show as due now for a scheduling
+    # interval, and the 2 held stay in their handlers, rather than time out (the suite's
+    # services give a handler 1 s) and go back to the schedule for their retry.
+    held = (
+        builder()
+        .prefix(prefix)
+        .rate_limit(PaymentCheck, 100, per=1)
+        .lease(600)
+        .handler_timeout(600)
+        .build()
+    )
     async with held:
         await held.pause(OrderTimeout)
         await held.enqueue_many([OrderTimeout(id=f"t-{n}", order_id=n) for n in range(140)], 0)
