@@ -8,7 +8,7 @@ queues, so a lease can be a few seconds while a handler runs as long as its hand
 a worker that dies or loses Redis stops renewing, and its events are due again within one
 lease. A stopping worker gives back at once what no handler began (the attempt uncounted)
 and, once its grace is over, what its handlers were cut off in (the attempt spent). The
-scripts, and the rules they follow, are in the leases section of lua/_prelude.lua.
+scripts, and the rules they follow, are in lua/_leases.lua.
 """
 
 from __future__ import annotations

@@ -23,7 +23,19 @@ from aioqueue._transport.client import RedisClient, within_reply_timeout
 from aioqueue._transport.recovery import logger
 from aioqueue._transport.steps import Command, Steps
 
-__all__ = ["LIBRARY", "FunctionLibrary", "library_source"]
+__all__ = ["LIBRARY", "PRELUDE_PARTS", "FunctionLibrary", "library_source", "prelude_source"]
+
+
+# The shared helpers every script runs after, in this order (each part uses the ones before
+# it): the queue's basics, its serial keys, the lease protocol. Their names start with `_`,
+# which tells them from the scripts.
+PRELUDE_PARTS = ("_prelude.lua", "_serial_keys.lua", "_leases.lua")
+
+
+def prelude_source() -> str:
+    """The shared helpers of every script (PRELUDE_PARTS, in order), as one text."""
+    lua = resources.files("aioqueue._wire") / "lua"
+    return "\n".join((lua / part).read_text() for part in PRELUDE_PARTS)
 
 
 def _script_names() -> list[str]:
@@ -39,7 +51,7 @@ def library_source(names: list[str], library: str) -> str:
     """The library: the shared prelude once, then each script's body as a function of
     (KEYS, ARGV), so that the body runs unchanged."""
     lua = resources.files("aioqueue._wire") / "lua"
-    parts = [f"#!lua name={library}", (lua / "_prelude.lua").read_text()]
+    parts = [f"#!lua name={library}", prelude_source()]
     for name in names:
         body = (lua / f"{name}.lua").read_text()
         parts.append(

@@ -75,7 +75,7 @@ class QueueKeys:
     @property
     def settling(self) -> tuple[str, str, str, str]:
         """The keys with which settling an event frees its serial key (see settle_serial in
-        _prelude.lua; passed for every type, they cost nothing for a type without one) and
+        _serial_keys.lua; passed for every type, they cost nothing for a type without one) and
         counts its attempt out of `under_way` (see count_under_way in _prelude.lua)."""
         return (self.serial_holders, self.serial_waiting, self.wake, self.counts)
 

@@ -12,19 +12,20 @@ from redis.exceptions import NoScriptError, ResponseError
 from aioqueue._transport.client import RedisClient, SyncRedisClient
 from aioqueue._transport.held_connection import HeldConnection
 from aioqueue._transport.steps import Command, Pipeline, Steps, run_steps, run_steps_sync
-from aioqueue._wire.functions import LIBRARY
+from aioqueue._wire.functions import LIBRARY, prelude_source
 
 __all__ = ["LuaScript", "ScriptCall", "script_source"]
 
 
 def script_source(name: str) -> str:
-    """The full source of a script: the shared prelude followed by `lua/<name>.lua`.
+    """The full source of a script: the shared helpers (functions.PRELUDE_PARTS) followed by
+    `lua/<name>.lua`.
 
     This is the one definition of the queue's behaviour; other producers (Spark, other
     languages) run exactly this text.
     """
     lua = resources.files("aioqueue._wire") / "lua"
-    return (lua / "_prelude.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    return prelude_source() + "\n" + (lua / f"{name}.lua").read_text()
 
 
 class ScriptCall(NamedTuple):

@@ -7,7 +7,7 @@ Time is made deterministic by the only two leases and delays used: 0 (due at onc
 lease, the worker is lost and its lease has already run out) and one hour (never due during
 a test).
 
-The lease protocol (aioqueue/_delivery/leases.py, the leases section of lua/_prelude.lua):
+The lease protocol (aioqueue/_delivery/leases.py, lua/_leases.lua):
 dispatch counts an attempt provisionally, the claim spends it (the envelope is marked
 `claimed`), a delivery no worker claimed within its lease spends nothing, a worker renews
 what it holds and gives back what it cannot finish. The model counts the handler calls begun

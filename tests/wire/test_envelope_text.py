@@ -1,21 +1,22 @@
 """Where the hot scripts read or write an envelope's text without decoding it, the text means
 what decoding and encoding it would, checked by the server's own cjson for every case.
 
-The helpers are the prelude's (aioqueue/_wire/lua/_prelude.lua), run on a real server with a
-few lines of Lua after them, as every script runs them.
+The helpers are the shared ones (aioqueue/_wire/lua/_prelude.lua, _serial_keys.lua and
+_leases.lua), run on a real server with a few lines of Lua after them, as every script runs
+them.
 """
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any
 
 import orjson
 import pytest
 
 from aioqueue._transport.client import RedisClient
+from aioqueue._wire.functions import prelude_source
 
-PRELUDE = (resources.files("aioqueue._wire") / "lua" / "_prelude.lua").read_text()
+PRELUDE = prelude_source()
 
 
 async def run_lua(redis_client: RedisClient, body: str, *args: str) -> Any:

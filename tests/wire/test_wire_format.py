@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 import pytest
@@ -10,6 +12,7 @@ from redis.exceptions import ResponseError
 
 from aioqueue import EventServiceBuilder
 from aioqueue._transport.client import RedisClient
+from aioqueue._wire.functions import PRELUDE_PARTS
 from aioqueue._wire.keys import QueueKeys
 from aioqueue._wire.scripts import script_source
 from tests.support.common import PaymentCheck, Recorder, drained, wait_until
@@ -20,6 +23,7 @@ SCHEDULE = "aioqueue:{PaymentCheck}:schedule"
 EVENTS = "aioqueue:{PaymentCheck}:events"
 SEQUENCE = "aioqueue:{PaymentCheck}:sequence"
 DEAD_LETTERS = "aioqueue:{PaymentCheck}:dead_letters"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # One event's arguments to the enqueue script: id, payload, context, due kind, milliseconds.
 Args = tuple[str, str, str, str, int]
@@ -191,3 +195,20 @@ async def test_the_optional_enqueue_keys_are_told_by_their_places(
     assert orjson.loads(await redis_client.hget(record, "7:1") or b"null") == [["p-1"], "1"]
     # The kept event's call wrote the no-op a WAIT after it needs.
     assert await redis_client.hget(counts, "under_way") == b"0"
+
+
+async def test_the_documented_redis_cli_eval_runs_as_written(redis_client: RedisClient) -> None:
+    """docs/wire-format.md's redis-cli example builds the enqueue script's source from the
+    files themselves: it names every part of the shared helpers, in the order the scripts
+    run them, and the text it builds schedules an event."""
+    docs = (REPO_ROOT / "docs" / "wire-format.md").read_text()
+    [files] = re.findall(r'redis-cli EVAL "\$\(cat ([^)]*)\)"', docs)
+    assert files.split() == [*PRELUDE_PARTS, "enqueue.lua"]
+    lua = REPO_ROOT / "aioqueue" / "_wire" / "lua"
+    source = "".join((lua / name).read_text() for name in files.split())
+    keys = [SCHEDULE, EVENTS, SEQUENCE, "aioqueue:{PaymentCheck}:wake"]
+    reply = await redis_client.eval(
+        source, 4, *keys, "0", "PaymentCheck", "p-7", '{"order_id":7}', "{}", "delay", 60000
+    )
+    assert reply == [1]
+    assert await redis_client.zscore(SCHEDULE, "p-7") is not None

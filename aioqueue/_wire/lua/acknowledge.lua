@@ -1,4 +1,4 @@
--- Deletes events whose handlers succeeded (see acknowledge_deliveries in _prelude.lua).
+-- Deletes events whose handlers succeeded (see acknowledge_deliveries in _leases.lua).
 -- KEYS[1] schedule   KEYS[2] events
 -- KEYS[3] serial_holders   KEYS[4] serial_waiting   KEYS[5] wake (optional, together): a
 --   deleted event that held a serial key frees it for the next parked event of its value

@@ -5,7 +5,7 @@
 -- KEYS[7] rate, KEYS[8] starts (optional): with a rate limit recorded in `rate`, at most
 --   `limit` events are handed out in any `per_ms` window, each hand-out noted in `starts`
 -- KEYS[9] serial_holders   KEYS[10] serial_waiting   KEYS[11] wake (optional, together): an
---   acknowledged event that held a serial key frees it (see settle_serial in _prelude.lua)
+--   acknowledged event that held a serial key frees it (see settle_serial in _serial_keys.lua)
 -- KEYS[12] counts (optional, with 9-11): acknowledged attempts leave its `under_way` and
 --   add to `finished` (see count_under_way in _prelude.lua)
 -- ARGV[1] count   ARGV[2] lease ms   ARGV[3] (optional) the deliveries to acknowledge: one
@@ -13,13 +13,13 @@
 -- two per event, because a client packs every argument of every call in Python.
 -- A consumer hands the slots of events it just finished to the events it takes next, and
 -- acknowledging them in the same call keeps it at its parallelism without a round trip of
--- its own (see acknowledge_deliveries in _prelude.lua).
+-- its own (see acknowledge_deliveries in _leases.lua).
 -- An envelope is handed out only if it is still byte-for-byte the stored one (plus its id,
 -- see delivery_of in _prelude.lua): an event that was cancelled, replaced or re-dispatched
 -- since it was pushed is dropped here, so a stale copy never reaches a handler. The claim
 -- spends the attempt dispatch counted: it moves the event's lease to a whole `lease` ms from
 -- now, which marks it claimed, and which its worker renews while it holds the event (see
--- the leases section of _prelude.lua).
+-- _leases.lua).
 -- Returns {server now ms, envelopes left in the ready list, envelope, envelope, ...}, or
 -- {server now ms, -1, envelopes in the ready list} while the type is paused, or
 -- {server now ms, -2, envelopes in the ready list, ms when the rate limit lets one more out}.

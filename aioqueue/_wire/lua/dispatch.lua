@@ -7,7 +7,7 @@
 -- KEYS[9] serial_field   KEYS[10] serial_holders   KEYS[11] serial_waiting (optional,
 --   together): when serial_field names a payload field, a due event whose value of it is
 --   held by another live event is parked in serial_waiting instead (out of the schedule, no
---   attempt spent) until that event settles; see the serial keys section of _prelude.lua
+--   attempt spent) until that event settles; see _serial_keys.lua
 -- KEYS[12] counts (optional, with 9-11): its `under_way` (envelopes with `due_at`, see
 --   count_under_way in _prelude.lua) follows the attempts this call starts, ends or parks,
 --   and each pushed envelope gets the next number of its move clock as `moved` and `pushed`
@@ -17,7 +17,7 @@
 --   handles the type has recorded them again (see settings_marks.py): the call returns at
 --   once with `unrecorded` 1
 -- ARGV[1] batch size   ARGV[2] lease ms   ARGV[3] max attempts   ARGV[4] ready list capacity
--- For each due event (see the leases section of _prelude.lua):
+-- For each due event (see _leases.lua):
 -- * waiting, or a claimed attempt whose lease lapsed (its worker is gone: that attempt was
 --   spent): count the next attempt, schedule the event `lease` ms from now (so that a lost
 --   delivery only delays it) and push its delivery (the envelope with its id). An event that

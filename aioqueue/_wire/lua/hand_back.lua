@@ -1,6 +1,6 @@
 -- Gives back attempts a stopping worker holds, so that another worker takes them at once
--- instead of after their lease (see aioqueue/_delivery/leases.py and the leases section of
--- _prelude.lua). An attempt no handler began spends nothing: its count goes back to what it
+-- instead of after their lease (see aioqueue/_delivery/leases.py and
+-- _leases.lua). An attempt no handler began spends nothing: its count goes back to what it
 -- was before the claim, and it is due at its old due time, ahead of what came due later. An
 -- attempt whose handler was cut off is spent: it keeps its count and error, and is due now
 -- (after its last attempt, the next dispatch moves it to the dead letters with that error).

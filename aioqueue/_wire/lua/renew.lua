@@ -1,6 +1,5 @@
 -- Renews the leases of the attempts a live worker holds: one call for all it holds of one
--- queue, each period (see aioqueue/_delivery/leases.py and the leases section of
--- _prelude.lua). An attempt is renewed only while it is still the one the worker claimed:
+-- queue, each period (see aioqueue/_delivery/leases.py and _leases.lua). An attempt is renewed only while it is still the one the worker claimed:
 -- never another version (a replacement), another attempt (taken again after the lease
 -- lapsed), nor an attempt settled, cancelled or given back meanwhile.
 -- KEYS[1] schedule   KEYS[2] events   KEYS[3] counts (optional): each move takes a number of

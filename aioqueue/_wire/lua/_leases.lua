@@ -1,0 +1,192 @@
+-- Shared helpers, after _prelude.lua and _serial_keys.lua: the lease protocol, from the
+-- attempt dispatch counts to the acknowledgement that ends it (see PRELUDE_PARTS in
+-- functions.py). aioqueue/_delivery/leases.py is the services' side.
+--
+-- Leases. dispatch.lua counts an attempt (`attempt` + 1, `due_at`) when it pushes a delivery
+-- to the ready list, but the attempt is spent only once claim.lua hands the delivery to a
+-- worker. An event whose attempt is under way (its envelope carries `due_at`) is scheduled
+-- at the end of its lease, and the lease's score tells the two apart: a pushed delivery no
+-- worker claimed yet ends its lease half a millisecond before a whole millisecond, a claimed
+-- one on a whole millisecond. So the claim marks nothing beyond the score it writes anyway,
+-- and costs nothing more on the hot path. Until the claim, the count is provisional: a
+-- delivery that waits in the ready list past its lease is left there, its count untouched
+-- (dispatch.lua), and pause.lua and hand_back.lua take the count back for deliveries no
+-- handler began. A claimed attempt's lease is renewed by its live worker (renew.lua); when it
+-- lapses the worker is gone, and the next dispatch counts the attempt as spent.
+local UNCLAIMED = 0.5
+
+-- The score of a delivery's lease before a worker claims it: half a millisecond early rather
+-- than late, so that a lease of 0 is over at once, as a claimed one's is.
+local function unclaimed_lease_end(now, lease)
+  return now + lease - UNCLAIMED
+end
+
+-- Whether the schedule score of an event whose attempt is under way is an unclaimed
+-- delivery's lease (see unclaimed_lease_end).
+local function is_unclaimed(score)
+  return score % 1 == UNCLAIMED
+end
+
+-- The stored text of an envelope's first attempt, as dispatch.lua counts it: under serial
+-- key value `serial`, due at `score`, numbered `move` on the move clock (nil without
+-- counts). The fields the attempt adds are written after the stored text `raw` instead of
+-- encoding the whole envelope again, which nearly every dispatched event (a first attempt)
+-- would pay for. The text means what cjson.encode of the updated envelope would: JSON
+-- objects are unordered, and `..` writes a number as cjson does (%.14g). nil when the
+-- envelope already carries a field the attempt writes (a retry, a parked or a lapsed
+-- attempt) or its serial key value changes: those are encoded whole.
+local function first_attempt_text(raw, envelope, serial, score, move)
+  if envelope.attempt ~= nil or envelope.due_at ~= nil or envelope.moved ~= nil
+      or envelope.pushed ~= nil or envelope.parked ~= nil or envelope.id ~= nil
+      or envelope.serial ~= serial or string.byte(raw, -1) ~= 125 then  -- 125 is '}'
+    return nil
+  end
+  local text = string.sub(raw, 1, -2) .. ',"attempt":1,"due_at":' .. score
+  if move then
+    return text .. ',"moved":' .. move .. ',"pushed":' .. move .. '}'
+  end
+  return text .. '}'
+end
+
+-- Whether event `id` (decoded `envelope`, nil when none) is the claimed attempt `attempt`
+-- of version `version` (both as text), under way: what renew.lua and hand_back.lua act on.
+local function holds_claimed(schedule, id, envelope, version, attempt)
+  if not envelope or envelope.due_at == nil or tostring(version_of(envelope)) ~= version
+      or tostring(envelope.attempt) ~= attempt then
+    return false
+  end
+  local score = tonumber(redis.call('ZSCORE', schedule, id))
+  return score ~= nil and not is_unclaimed(score)
+end
+
+-- The error an attempt whose lease lapsed leaves behind: its handler began, and its worker
+-- stopped renewing the lease before settling it.
+local function lapsed_error(attempt)
+  return 'attempt ' .. attempt .. ' was lost: its worker stopped renewing the lease (it died, '
+    .. 'or lost its connection to Redis) before the handler finished'
+end
+
+-- The hand-back of the lease protocol (after take_moves, which it uses): puts attempt `id`
+-- (decoded `envelope`), taken out of the schedule, back into it due at `due`. Unless `spent`,
+-- its count goes back to what it was before the claim (no handler began it); either way it
+-- is no longer under way nor in the ready list, and its move takes a number of the move
+-- clock. pause.lua and hand_back.lua give back through here; the caller counts what it gave
+-- back out of `under_way` (count_under_way).
+local function give_back(schedule, events, counts, id, envelope, due, spent)
+  if not spent then
+    local count = (tonumber(envelope.attempt) or 1) - 1
+    envelope.attempt = count > 0 and count or nil  -- 0 is left out (see write_event)
+  end
+  envelope.due_at = nil
+  envelope.pushed = nil
+  envelope.moved = take_moves(counts, 1) or envelope.moved
+  redis.call('HSET', events, id, cjson.encode(envelope))
+  redis.call('ZADD', schedule, due, id)
+end
+
+-- Sorts ready-list entries `raws` by what claim.lua makes of them, reading their events with
+-- one HMGET: the current deliveries (byte for byte the stored envelope with its id in front,
+-- see delivery_of), as parallel lists of ids, deliveries and stored envelopes, in list
+-- order; and the entries that are no delivery at all. Stale copies (of events cancelled,
+-- replaced or re-dispatched since) are in neither.
+local function current_deliveries(events, raws)
+  local ids, readable, unreadable = {}, {}, {}
+  for _, raw in ipairs(raws) do
+    local id = delivery_id(raw)
+    if id then
+      ids[#ids + 1] = id
+      readable[#readable + 1] = raw
+    else
+      unreadable[#unreadable + 1] = raw
+    end
+  end
+  local stored = hmget_all(events, ids)
+  local current_ids, deliveries, envelopes, seen = {}, {}, {}, {}
+  for i, raw in ipairs(readable) do
+    -- A second copy of one delivery (which dispatch.lua never pushes while the first waits)
+    -- is taken as stale: only one may reach a handler.
+    if stored[i] and not seen[ids[i]] and delivery_of(ids[i], stored[i]) == raw then
+      seen[ids[i]] = true
+      current_ids[#current_ids + 1] = ids[i]
+      deliveries[#deliveries + 1] = raw
+      envelopes[#envelopes + 1] = stored[i]
+    end
+  end
+  return current_ids, deliveries, envelopes, unreadable
+end
+
+-- What acknowledging needs of stored envelope `raw` (false when missing): whether it is
+-- version `version` (text), whether an attempt of it is under way (`due_at`), and the serial
+-- key value it holds. Read from the text where that is unambiguous, as it is for nearly
+-- every envelope: decoding each one cost acknowledging more than its commands did. A field
+-- written by cjson at the top level reads as `"name":` after `{` or `,`; inside a string its
+-- quotes are escaped, and the one nested object (context) holds only strings, so a number
+-- after the colon is a top-level field. Anything else (a serial key anywhere, a `due_at`
+-- that is not a number, another version text) is decoded, as before.
+local function settled_view(raw, version)
+  if not raw then
+    return false
+  end
+  if string.match(raw, '[{,]"v":(%d+)[,}]') == version
+      and not string.find(raw, '"serial":', 1, true) then
+    local due_at = string.match(raw, '[{,]"due_at":(.)')
+    if due_at == nil then
+      return true, false, nil
+    elseif string.find(due_at, '[%-%d]') then
+      return true, true, nil
+    end
+  end
+  local envelope = decoded_object(raw)
+  if envelope and tostring(version_of(envelope)) == version then
+    return true, envelope.due_at ~= nil, envelope.serial
+  end
+  return false
+end
+
+-- Deletes events whose handlers succeeded, each only if it is still the delivered version:
+-- a replace that happened while the handler ran keeps the new version scheduled. Deleting a
+-- version twice is harmless, so callers may retry. `delivered` holds id, version, id,
+-- version... (versions as strings). Returns how many events it deleted.
+-- With `serial` (see serial_keys), each deleted event that held a serial key frees it; with
+-- `counts`, the deleted attempts leave `under_way` and count as `finished`.
+local function acknowledge_deliveries(schedule, events, delivered, serial, counts)
+  local ids, versions = {}, {}
+  for i = 1, #delivered, 2 do
+    ids[#ids + 1] = delivered[i]
+    versions[#versions + 1] = delivered[i + 1]
+  end
+  if #ids == 0 then
+    return 0
+  end
+  local stored = hmget_all(events, ids)
+  local finished, keyed, ended = {}, {}, 0
+  for i, raw in ipairs(stored) do
+    local delivered, under_way, serial_value = settled_view(raw, versions[i])
+    if delivered then
+      finished[#finished + 1] = ids[i]
+      if under_way then
+        ended = ended + 1
+      end
+      if serial_value ~= nil then
+        keyed[#keyed + 1] = {ids[i], serial_value}
+      end
+    end
+  end
+  if #finished == 0 then
+    return 0
+  end
+  call_chunked('ZREM', schedule, finished)
+  local deleted = call_chunked('HDEL', events, finished)
+  count_under_way(counts, -ended)
+  if counts and deleted > 0 then
+    redis.call('HINCRBY', counts, 'finished', deleted)
+  end
+  local unparked = 0
+  for _, pair in ipairs(keyed) do
+    unparked = unparked + settle_serial(serial, schedule, events, pair[2], pair[1])
+  end
+  if unparked > 0 then
+    wake_dispatchers(serial.wake)
+  end
+  return deleted
+end
