@@ -18,7 +18,9 @@ errors, so after a failover they reach the promoted primary without a restart.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -153,13 +155,56 @@ def parse_sentinel_url(url: str) -> SentinelSettings:
     )
 
 
+class _Sentinels(Sentinel):
+    """redis-py's Sentinel, asking for the primary one lookup at a time.
+
+    Its discover_master moves the sentinel that answered to the front of its list, by the
+    index where it found it before awaiting the answer. Two lookups at once (after a failover
+    every connection of a service reconnects together, and under load a slow sentinel sends
+    lookups on to the next) can swap by an index the other lookup has made stale: one
+    sentinel is then in the list twice and another not at all. That one is never asked
+    again, so the service can no longer find the primary through it, and its connections are
+    never closed, as closing walks the list. redis-py 8.1 has no fix (its pull request 4331
+    reworks that order). A sentinel answers from memory, so lookups in turn cost a round trip
+    each; and closing closes every sentinel's client, whatever the list holds.
+    """
+
+    def __init__(self, sentinels: list[tuple[str, int]], **kwargs: Any) -> None:
+        super().__init__(sentinels, **kwargs)  # type: ignore[no-untyped-call]
+        self.every_client: tuple[Redis, ...] = tuple(self.sentinels)
+        self._lookup = asyncio.Lock()
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        async with self._lookup:
+            address: tuple[str, int] = await super().discover_master(service_name)
+            return address
+
+    async def aclose(self) -> None:
+        self.sentinels = list(self.every_client)
+        await super().aclose()
+
+
+class _SyncSentinels(redis.sentinel.Sentinel):
+    """The blocking _Sentinels: a SyncProducer's threads look the primary up in turn."""
+
+    def __init__(self, sentinels: list[tuple[str, int]], **kwargs: Any) -> None:
+        super().__init__(sentinels, **kwargs)  # type: ignore[no-untyped-call]
+        self.every_client: tuple[redis.Redis, ...] = tuple(self.sentinels)
+        self._lookup = threading.Lock()
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        with self._lookup:
+            address: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
+            return address
+
+
 class SentinelPrimary(Redis):
     """A client of the primary the sentinels name, found again after every failover.
 
     Closing it also closes its connections to the sentinels.
     """
 
-    _sentinel: Sentinel | None = None
+    _sentinel: _Sentinels | None = None
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         try:
@@ -171,7 +216,7 @@ class SentinelPrimary(Redis):
 
 def sentinel_client(settings: SentinelSettings, **defaults: Any) -> SentinelPrimary:
     """A client of the primary; `defaults` are options the settings may override."""
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = _Sentinels(
         list(settings.sentinels),
         # Asking the next sentinel is the retry: redis-py's default would try each one 4
         # times with backoff, so a refused password took 11 s to report with three sentinels.
@@ -189,20 +234,20 @@ def sentinel_client(settings: SentinelSettings, **defaults: Any) -> SentinelPrim
 class SyncSentinelPrimary(redis.Redis):
     """The blocking SentinelPrimary (for producers without an event loop)."""
 
-    _sentinel: redis.sentinel.Sentinel | None = None
+    _sentinel: _SyncSentinels | None = None
 
     def close(self) -> None:
         try:
             super().close()
         finally:
             if self._sentinel is not None:
-                for sentinel in self._sentinel.sentinels:
+                for sentinel in self._sentinel.every_client:
                     sentinel.close()
 
 
 def sync_sentinel_client(settings: SentinelSettings, **defaults: Any) -> SyncSentinelPrimary:
     """A blocking client of the primary, as sentinel_client makes an asyncio one."""
-    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = _SyncSentinels(
         list(settings.sentinels),
         sentinel_kwargs={"retry": SyncRetry(NoBackoff(), 0), **settings.sentinel_options},
     )

@@ -34,7 +34,7 @@ from aioqueue import EventService, EventServiceBuilder, FixedDelays, ServiceStat
 from aioqueue._transport.client import client_from_url
 from aioqueue._wire.keys import QueueKeys, QueueLayout
 from aioqueue.testing import EmbeddedCluster, EmbeddedSentinel
-from tests.support.common import SENTINEL_FAILOVER_LEAK, PaymentCheck, wait_until
+from tests.support.common import PaymentCheck, wait_until
 from tests.support.failover_flow import Flow, Outcome
 from tests.support.replication import cut_off, restart_as_replica, resume, wait_for_replicas
 
@@ -153,7 +153,6 @@ def sentinel_group(server_binary: pathlib.Path) -> Iterator[EmbeddedSentinel]:
         yield group
 
 
-@SENTINEL_FAILOVER_LEAK
 @pytest.mark.parametrize("durable", [True, False], ids=["durable", "control"])
 async def test_sentinel_failover_loses_no_acknowledged_event_with_durability(
     sentinel_group: EmbeddedSentinel, durable: bool

@@ -26,14 +26,11 @@ from aioqueue import EventService, FixedDelays, ServiceState
 from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedSentinel
 from tests.support.common import (
-    SENTINEL_FAILOVER_LEAK,
     PaymentCheck,
     Recorder,
     drained,
     wait_until,
 )
-
-pytestmark = SENTINEL_FAILOVER_LEAK
 
 KEYS = QueueKeys.for_type("aioqueue", "PaymentCheck")
 BEFORE = 300  # enqueued before the kill, due over the next 3 s

@@ -24,16 +24,6 @@ EVERY_TOPOLOGY = pytest.mark.backends("standalone", "cluster", "sentinel")
 """Runs a test on one server, on the session's cluster and through the session's Sentinel
 group (see tests/conftest.py): for the core behaviour, on every topology a user may run."""
 
-# A Sentinel failover can leave a few asyncio connections of redis-py's plain Connection class
-# unclosed, to one of the group's ports, collected after the test (in 1 of 3 full runs under
-# load). aioqueue's own connections are of its Aioqueue* classes, so these are most likely the
-# pools of redis-py's sentinel clients, opened by concurrent primary lookups during the
-# failover. Until the leak is found, the collected-garbage check (tests/conftest.py) does not
-# fail a failover test on it.
-SENTINEL_FAILOVER_LEAK = pytest.mark.filterwarnings(
-    "ignore::pytest.PytestUnraisableExceptionWarning"
-)
-
 
 @dataclass
 class PaymentCheck(Event):

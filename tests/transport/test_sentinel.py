@@ -6,8 +6,10 @@ Failover itself is in test_sentinel_failover.py.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
@@ -21,11 +23,14 @@ from aioqueue._transport.client import client_from_url, sync_client_from_url
 from aioqueue._transport.sentinel import (
     SENTINEL_TIMEOUT,
     SentinelPrimary,
+    SentinelSettings,
     SyncSentinelPrimary,
     parse_sentinel_url,
+    sentinel_client,
     sentinel_settings,
+    sync_sentinel_client,
 )
-from aioqueue.testing import EmbeddedSentinel
+from aioqueue.testing import EmbeddedSentinel, free_port
 from tests.support.common import PaymentCheck, Recorder
 from tests.support.ops import api_client, run_cli, serve
 from tests.support.tls import Certificates, tls_capable_binary
@@ -230,6 +235,69 @@ async def test_a_blocking_client_finds_the_primary_and_closes_what_it_opened(
     assert await sentinel_connections(group) == before
     async with redis.Redis.from_url(group.primary().url) as primary:
         assert await primary.get("sync-probe") == b"1"
+
+
+def sentinels_past_a_refusing_one(group: EmbeddedSentinel) -> SentinelSettings:
+    """The group's sentinels behind an address that refuses connections: every lookup asks
+    past the head of the list, where concurrent lookups reorder it."""
+    refusing = (group.host, free_port())
+    return sentinel_settings(
+        [refusing, *group.addresses],
+        group.service_name,
+        {"password": DATA_PASSWORD, "sentinel_password": SENTINEL_PASSWORD},
+    )
+
+
+async def test_concurrent_primary_lookups_keep_every_sentinel_and_close_them_all(
+    guarded_group: EmbeddedSentinel,
+) -> None:
+    """Lookups at once (as after a failover, when every connection reconnects) find the
+    primary, and leave each sentinel in the list once: redis-py's own Sentinel can swap by a
+    stale index, drop a sentinel for good and leave its connections open. Closing the client
+    closes every sentinel's connections."""
+    group = guarded_group
+    before = await sentinel_connections(group)
+    client = sentinel_client(sentinels_past_a_refusing_one(group))
+    sentinels = client._sentinel
+    assert sentinels is not None
+    primary = group.primary()
+    try:
+        addresses = await asyncio.gather(
+            *(sentinels.discover_master(group.service_name) for _ in range(30))
+        )
+        assert set(addresses) == {(primary.host, primary.port)}
+        assert sorted(map(id, sentinels.sentinels)) == sorted(map(id, sentinels.every_client))
+        assert await sentinel_connections(group) > before
+    finally:
+        await client.aclose()
+    assert await sentinel_connections(group) == before
+
+
+async def test_concurrent_lookups_from_threads_keep_every_sentinel(
+    guarded_group: EmbeddedSentinel,
+) -> None:
+    """The blocking client's lookups from several threads (a SyncProducer's) as well."""
+    group = guarded_group
+    before = await sentinel_connections(group)
+    client = sync_sentinel_client(sentinels_past_a_refusing_one(group))
+    sentinels = client._sentinel
+    assert sentinels is not None
+    primary = group.primary()
+    try:
+
+        def look_up() -> tuple[str, int]:
+            assert sentinels is not None
+            return sentinels.discover_master(group.service_name)
+
+        with ThreadPoolExecutor(8) as pool:
+            addresses = await anyio.to_thread.run_sync(
+                lambda: list(pool.map(lambda _: look_up(), range(40)))
+            )
+        assert set(addresses) == {(primary.host, primary.port)}
+        assert sorted(map(id, sentinels.sentinels)) == sorted(map(id, sentinels.every_client))
+    finally:
+        client.close()
+    assert await sentinel_connections(group) == before
 
 
 async def test_the_cli_and_the_http_server_take_a_sentinel_url(
