@@ -15,6 +15,8 @@ import pytest
 
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.functions import prelude_source
+from aioqueue._wire.keys import QueueKeys
+from aioqueue._wire.store import QueueStore
 
 PRELUDE = prelude_source()
 
@@ -155,14 +157,42 @@ async def test_a_first_attempt_is_written_as_encoding_it_would(
         '{"p":"{}","v":7,"attempt":null}',
         '{"p":"{}","v":7,"serial":"customer-9"}',
         '{"p":"{}","v":7} ',
+        # An id in the stored text (dispatch has cleared the decoded one by then).
+        '{"id":"e-1","p":"{}","v":7}',
     ],
 )
 async def test_every_other_attempt_is_encoded_whole(redis_client: RedisClient, stored: str) -> None:
-    """A retry, a parked or lapsed attempt, a changed serial key value or text that does
-    not end its object is left to cjson.encode."""
+    """A retry, a parked or lapsed attempt, a changed serial key value, an id in the stored
+    text or text that does not end its object is left to cjson.encode."""
     written = await run_lua(
         redis_client,
-        "return first_attempt_text(ARGV[1], cjson.decode(ARGV[1]), nil, 5, 1) or 'whole'",
+        """
+        local envelope = cjson.decode(ARGV[1])
+        envelope.id = nil  -- as dispatch.lua clears it before asking
+        return first_attempt_text(ARGV[1], envelope, nil, 5, 1) or 'whole'
+        """,
         stored,
     )
     assert written == b"whole"
+
+
+async def test_an_envelope_stored_with_its_id_is_dispatched_without_it(
+    redis_client: RedisClient,
+) -> None:
+    """An envelope whose stored text carries its id (valid: it matches the field) is encoded
+    whole on its first attempt, as before: the stored text loses the id, and the delivery
+    carries it once, in front."""
+    keys = QueueKeys.for_type("aioqueue", "PaymentCheck")
+    await redis_client.hset(keys.events, "p-9", '{"id":"p-9","p":"{\\"order_id\\":9}","v":1}')
+    await redis_client.zadd(keys.schedule, {"p-9": 0})
+    store = QueueStore(redis_client, keys, "PaymentCheck")
+    result = await store.dispatch(batch_size=10, lease_ms=5000, max_attempts=3, ready_capacity=10)
+    assert result.dispatched == 1
+    stored = await redis_client.hget(keys.events, "p-9")
+    assert stored is not None
+    assert b'"id":' not in stored
+    assert orjson.loads(stored)["attempt"] == 1
+    [delivery] = await redis_client.lrange(keys.ready, 0, -1)
+    text = delivery.decode() if isinstance(delivery, bytes) else delivery
+    assert text.count('"id":') == 1
+    assert orjson.loads(delivery)["id"] == "p-9"
