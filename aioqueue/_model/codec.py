@@ -9,9 +9,12 @@ inside it (docs/wire-format.md).
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import decimal
 import math
 import re
 import typing
+import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as quoted  # C; a JSON string, non-ASCII kept
@@ -81,8 +84,9 @@ class EventCodec:
         # JSON has no NaN or infinity: orjson writes them as null, which a `float` field
         # refuses at delivery and a `float | None` one reads as None, the value lost either
         # way. Only a payload with a null can hold one, so the common case costs one search.
+        # The search walks the fields as encoded (their wire names, as decoding errors give).
         if b"null" in payload:
-            path = _non_finite_path(event)
+            path = _non_finite_path(fields)
             if path is not None:
                 raise InvalidEventError(
                     f"{self.name} {getattr(event, 'id', '?')!r}: ${path} is not a finite "
@@ -247,12 +251,12 @@ def _non_finite_path(value: Any, depth: int = 0) -> str | None:
     and writing every member's path was most of the search's time."""
     if isinstance(value, float):
         return None if math.isfinite(value) else ""
-    if depth > _MAX_DEPTH or value is None or isinstance(value, str | bytes | int):
+    if depth > _MAX_DEPTH or value is None or isinstance(value, _SCALARS):
         return None
     indexed = False
     if isinstance(value, dict):
         members: Any = value.items()
-    elif isinstance(value, list | tuple | set | frozenset):
+    elif isinstance(value, _COLLECTIONS):
         members, indexed = enumerate(value), True
     else:
         names = _field_names(value)
@@ -260,11 +264,40 @@ def _non_finite_path(value: Any, depth: int = 0) -> str | None:
             return None
         members = ((name, getattr(value, name, None)) for name in names)
     for key, member in members:
+        # Members are mostly of a type that holds no float, or a float: both are settled
+        # here, without the call and the isinstance checks a nested value needs.
+        kind = type(member)
+        if kind in _HOLDS_NO_FLOAT or (kind is float and math.isfinite(member)):
+            continue
         found = _non_finite_path(member, depth + 1)
         if found is not None:
             return (f"[{key}]" if indexed else f".{key}") + found
     return None
 
+
+# Exact types that cannot be or hold a float, passed over in one lookup: most members of a
+# payload are one of these, and the isinstance checks below them cost several times as much.
+# Exact on purpose: a subclass (an enum of floats, a custom str) takes the general way.
+_HOLDS_NO_FLOAT = frozenset(
+    {
+        str,
+        int,
+        bool,
+        bytes,
+        type(None),
+        decimal.Decimal,
+        datetime.datetime,
+        datetime.date,
+        datetime.time,
+        datetime.timedelta,
+        uuid.UUID,
+    }
+)
+
+# Tuples, built once: `str | bytes | int` in an isinstance call builds a new union each time,
+# which took longer than the check.
+_SCALARS = (str, bytes, int)
+_COLLECTIONS = (list, tuple, set, frozenset)
 
 # Deeper than orjson encodes: a payload that nests more fails to encode before this walk.
 _MAX_DEPTH = 256

@@ -46,6 +46,23 @@ class Sample(msgspec.Struct, Event, kw_only=True):
     values: list[float]
 
 
+class Priced(msgspec.Struct, Event, kw_only=True, rename="camel"):
+    id: str
+    unit_price: float
+
+
+@dataclass
+class Stop:
+    name: str
+    lat: float
+
+
+@dataclass
+class Route(Event):
+    id: str
+    stops: list[Stop]
+
+
 class Invoice(pydantic.BaseModel, Event):
     id: str
     total: float
@@ -59,9 +76,21 @@ class Invoice(pydantic.BaseModel, Event):
         (Reading(id="r", ratio=1.0, spare=-math.inf), "$.spare"),
         (Reading(id="r", ratio=1.0, by_name={"a": 1.0, "b": math.nan}), "$.by_name.b"),
         (Sample(id="s", values=[1.0, math.nan]), "$.values[1]"),
+        # A renamed field is named as it is written, as decoding errors name it.
+        (Priced(id="p", unit_price=math.nan), "$.unitPrice"),
+        (Route(id="r", stops=[Stop("a", 1.0), Stop("b", math.inf)]), "$.stops[1].lat"),
         (Invoice.model_construct(id="i", total=math.nan), "$.total"),
     ],
-    ids=["nan", "inf", "optional", "dict-value", "struct-list", "pydantic"],
+    ids=[
+        "nan",
+        "inf",
+        "optional",
+        "dict-value",
+        "struct-list",
+        "struct-renamed",
+        "nested-dataclass",
+        "pydantic",
+    ],
 )
 async def test_a_non_finite_float_is_refused_by_its_path(
     service_builder: Builder, redis_client: Redis, event: Event, path: str
