@@ -15,13 +15,12 @@ from aioqueue._producing.enqueue_calls import EnqueueItem, WriteMode
 from aioqueue._producing.writes import (
     CHUNK_SIZE,
     DueTime,
-    enqueue_many_steps,
-    enqueue_steps,
     event_item,
+    queue_enqueue_steps,
 )
 from aioqueue._transport.client import RedisClient
 from aioqueue._transport.coalescer import Coalescer
-from aioqueue._transport.steps import Steps, run_steps
+from aioqueue._transport.steps import run_steps
 from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.queues import QueueDirectory
 
@@ -144,16 +143,7 @@ class Producer:
         self, layout: QueueLayout, items: list[EnqueueItem], *, mode: WriteMode
     ) -> list[bool]:
         durability = self._config.durability
-        all_keys = layout.all_keys
-        steps: Steps[list[bool]]
-        if len(all_keys) == 1 and len(items) <= CHUNK_SIZE:  # a coalesced batch: one call
-            steps = enqueue_steps(
-                self._client, all_keys[0], layout.event_type, items,
-                mode=mode, durability=durability,
-            )  # fmt: skip
-        else:
-            writes = [(layout.keys_for(item.id), layout.event_type, item) for item in items]
-            steps = enqueue_many_steps(self._client, writes, mode=mode, durability=durability)
+        steps = queue_enqueue_steps(self._client, layout, items, mode=mode, durability=durability)
         return await run_steps(self._client, steps)
 
     def prepare(self, event: Event, due: DueTime, context: str = "{}") -> EnqueueItem:

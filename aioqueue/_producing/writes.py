@@ -55,6 +55,7 @@ __all__ = [
     "enqueue_steps",
     "event_item",
     "max_wait_ms",
+    "queue_enqueue_steps",
     "reschedule",
     "reschedule_steps",
     "run_now",
@@ -202,6 +203,26 @@ def enqueue_steps(
         return scheduled_flags((yield from ENQUEUE.steps(client, *call.script_call())))
     [scheduled] = yield from enqueue_calls_steps(client, [call], durability=durability)
     return scheduled
+
+
+def queue_enqueue_steps(
+    client: object,
+    layout: QueueLayout,
+    items: Sequence[EnqueueItem],
+    *,
+    mode: WriteMode,
+    durability: Durability | None = None,
+) -> Steps[list[bool]]:
+    """Schedules `items` into one queue: one script call where it has one partition (and
+    they fit in one), else a call per partition and chunk, pipelined. False for each id that
+    was kept pending."""
+    all_keys = layout.all_keys
+    if len(all_keys) == 1 and len(items) <= CHUNK_SIZE:
+        return enqueue_steps(
+            client, all_keys[0], layout.event_type, items, mode=mode, durability=durability
+        )
+    writes = [(layout.keys_for(item.id), layout.event_type, item) for item in items]
+    return enqueue_many_steps(client, writes, mode=mode, durability=durability)
 
 
 def enqueue_many_steps(

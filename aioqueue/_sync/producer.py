@@ -9,10 +9,13 @@ validates or builds a script argument of its own.
 
 Threads and processes:
 - One producer serves every thread of a process: redis-py's connection pool hands each
-  call a connection of its own, under a lock. The producer's own state is its settings and
-  the records of the classes it resolved; two threads resolving one class at once both run
-  the (idempotent) resolution and store equal records, so no lock is needed, and none can be
-  left held by a fork.
+  call a connection of its own, under a lock. Enqueues of one class and write mode from
+  several threads at once share script calls (_transport/thread_coalescer.py): a thread
+  alone writes its event at once, and threads arriving while a call is under way go
+  together in the next. The producer's other state is its settings and the records of the
+  classes it resolved; two threads resolving one class at once both run the (idempotent)
+  resolution and store equal records, so no lock is needed there. The coalescer's lock is
+  never held across a call, and a forked child starts with a fresh one.
 - A producer made before `fork` (gunicorn --preload, Celery's prefork pool) works in the
   children: each redis-py pool notices the new pid on its next use and starts over with new
   connections, and a child closing an inherited connection only closes its own copy of the
@@ -47,20 +50,22 @@ from aioqueue._producing.settings import (
     SERIALIZER,
 )
 from aioqueue._producing.writes import (
+    CHUNK_SIZE,
     DueTime,
     cancel_steps,
     context_json,
     enqueue_many_steps,
-    enqueue_steps,
     event_item,
+    queue_enqueue_steps,
     reschedule_steps,
 )
 from aioqueue._transport.client import SyncRedisClient, producer_client_from_url
 from aioqueue._transport.reaching import display_url, unavailable_as_one_error
 from aioqueue._transport.recovery import logger
 from aioqueue._transport.steps import Steps, run_steps_sync
+from aioqueue._transport.thread_coalescer import ThreadCoalescer
 from aioqueue._wire.event_types import EventTypeRecord, EventTypes
-from aioqueue._wire.keys import MAX_PARTITIONS
+from aioqueue._wire.keys import MAX_PARTITIONS, QueueLayout
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's own from Python 3.11 (3.10 is supported)
@@ -93,7 +98,15 @@ class SyncProducer:
     ConnectionError), whose message names the server and the cause.
     """
 
-    __slots__ = ("_address", "_client", "_closed", "_config", "_owns_client", "_types")
+    __slots__ = (
+        "_address",
+        "_client",
+        "_closed",
+        "_config",
+        "_enqueues",
+        "_owns_client",
+        "_types",
+    )
 
     def __init__(
         self,
@@ -147,6 +160,10 @@ class SyncProducer:
             self._config.serializer,
             self._config.partitions,
             default_partitions=None,
+        )
+        # Per queue and write mode, as the service's producer coalesces (producer.py).
+        self._enqueues: ThreadCoalescer[tuple[QueueLayout, WriteMode], EnqueueItem, bool] = (
+            ThreadCoalescer(self._send_enqueues, CHUNK_SIZE)
         )
         self._closed = False
 
@@ -270,14 +287,19 @@ class SyncProducer:
     def _enqueue_item(self, event_class: type[Event], item: EnqueueItem, mode: WriteMode) -> bool:
         self._ensure_open()
         record = self._record(event_class)
-        [scheduled] = self._write(
-            enqueue_steps(
-                self._client, record.layout.keys_for(item.id), record.event_type, [item],
-                mode=mode, durability=self._config.durability,
-            )
-        )  # fmt: skip
+        scheduled = self._enqueues.submit((record.layout, mode), item)
         self._config.metrics.event_enqueued(record.event_type, scheduled=scheduled)
         return scheduled
+
+    def _send_enqueues(
+        self, queue: tuple[QueueLayout, WriteMode], items: list[EnqueueItem]
+    ) -> list[bool]:
+        """One shared call: the enqueues of several threads into one queue, one write mode."""
+        layout, mode = queue
+        durability = self._config.durability
+        return self._write(
+            queue_enqueue_steps(self._client, layout, items, mode=mode, durability=durability)
+        )
 
     def _item(self, event: Event, due: DueTime, context: str) -> EnqueueItem:
         config = self._config

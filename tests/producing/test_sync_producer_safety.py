@@ -21,10 +21,18 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from aioqueue import EventServiceBuilder, ServiceStateError, SyncProducer
+from aioqueue._producing.enqueue_calls import WriteMode
 from aioqueue._transport.client import RedisClient
-from aioqueue._wire.keys import QueueKeys
+from aioqueue._wire.keys import QueueKeys, QueueLayout
 from tests.conftest import ServerFactory
-from tests.support.common import PaymentCheck, Recorder, drained, queue_key, wait_until
+from tests.support.common import (
+    PaymentCheck,
+    Recorder,
+    drained,
+    queue_key,
+    wait_until,
+    wait_until_sync,
+)
 
 Builder = Callable[[], EventServiceBuilder]
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +137,45 @@ def test_a_call_fails_within_five_seconds_when_redis_stops_answering(
         assert 4.5 <= waited < 8
         # The next call gets a fresh connection and works.
         assert producer.enqueue(PaymentCheck(id="p-3", order_id=3), 3600)
+
+
+@pytest.mark.timeout(60)
+def test_threads_enqueueing_during_a_call_share_the_next_one(
+    server_factory: ServerFactory,
+) -> None:
+    """The server is stopped while one thread's call is under way; the nine threads that
+    enqueue meanwhile go in one call when it answers, each with its own result."""
+    server = server_factory()
+    assert server.pid is not None
+    client = redis.Redis.from_url(server.url)
+    queue = (QueueLayout("aioqueue", "PaymentCheck"), WriteMode())
+    ids = [f"p-{n}" for n in range(9)] + ["p-kept"]  # p-kept is pending already
+    results: dict[str, bool] = {}
+
+    def enqueue(producer: SyncProducer, event_id: str) -> None:
+        results[event_id] = producer.enqueue(PaymentCheck(id=event_id, order_id=1), 3600)
+
+    with SyncProducer(server.url) as producer:
+        assert producer.enqueue(PaymentCheck(id="p-kept", order_id=0), 3600)
+        client.config_resetstat()
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            threads = [
+                threading.Thread(target=enqueue, args=(producer, event_id)) for event_id in ids
+            ]
+            for thread in threads:
+                thread.start()
+            # Whichever came first is in a call the stopped server holds; the rest wait.
+            wait_until_sync(lambda: producer._enqueues.waiting(queue) == len(ids) - 1)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        for thread in threads:
+            thread.join(10)
+    stats = client.info("commandstats")
+    calls = sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("fcall", "evalsha"))
+    assert calls == 2
+    assert results == {event_id: event_id != "p-kept" for event_id in ids}
+    assert client.zcard(queue_key("PaymentCheck", "schedule")) == len(ids)
 
 
 def test_a_timeout_in_the_url_wins(server_factory: ServerFactory) -> None:

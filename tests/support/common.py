@@ -171,6 +171,15 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], within: float = 1
             await anyio.sleep(0.01)
 
 
+def wait_until_sync(condition: Callable[[], bool], within: float = 10.0) -> None:
+    """`wait_until` for threads: polls `condition` (a thread's state, which offers nothing to
+    wait on) every millisecond until it holds; fails the test after `within` s."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not true within {within} s"
+        time.sleep(0.001)
+
+
 async def subscribed(client: RedisClient) -> int:
     """How many connections, on all nodes, listen for wake-ups (pub/sub mode: a service
     subscribes on one connection, whatever number of queues it waits on)."""
