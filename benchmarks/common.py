@@ -68,8 +68,12 @@ class Recorder:
     hide a lost event.
     """
 
-    def __init__(self, target: int) -> None:
+    def __init__(self, target: int, *, cross_checks: bool = False) -> None:
         self.target = target
+        self.cross_checks = cross_checks
+        """Whether handlers read each event's due time for cross_check_lateness: only the
+        lateness scenario's producer writes one, and elsewhere reading it is work a no-op
+        handler would not do (a batch handler's contexts come with a Delivery per event)."""
         self.handled = 0
         self.lateness: list[float] = []
         # A second lateness measure where a system offers one (aioqueue: the handler's wall

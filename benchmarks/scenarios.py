@@ -351,7 +351,7 @@ async def lateness_worker(system: System, options: Options) -> JsonDict:
     """The child of scenario 3: runs the worker, reports lateness and CPU time from ready on
     (the worker's pool processes included, where it has any: Celery's prefork pool)."""
     offset = await clock_offset(options.url)
-    recorder = Recorder(options.events)
+    recorder = Recorder(options.events, cross_checks=True)
     marks: dict[str, float] = {}
 
     def on_ready() -> None:
