@@ -20,11 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
-from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ResponseError
 
-from aioqueue._transport.client import RedisClient, within_reply_timeout
+from aioqueue._transport.client import RedisClient, is_cluster, within_reply_timeout
 
 __all__ = ["HeldConnection"]
 
@@ -50,7 +49,7 @@ class HeldConnection:
         """Whether calls go out on the held connection: not on a cluster, and not once
         released (a conversation the release overtook takes the client's pool for the rest
         of its steps)."""
-        return not self._released and not isinstance(self._client, RedisCluster)
+        return not self._released and not is_cluster(self._client)
 
     async def execute(self, *command: str | int | bytes) -> Any:
         """Sends one command and returns its reply (a refusal raises its ResponseError, and

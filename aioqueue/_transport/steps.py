@@ -32,6 +32,8 @@ from aioqueue._transport.client import (
     RedisClient,
     SyncRedisClient,
     ensure_slot_map,
+    is_cluster,
+    is_sync_cluster,
     within_reply_timeout,
 )
 from aioqueue._transport.held_connection import HeldConnection
@@ -280,7 +282,7 @@ def _routing(client: object, command: Command) -> dict[str, Any]:
     Take it right after `ensure_slot_map`, with nothing awaited before the call: a slot map
     refreshed in between (after another call's connection error) may have dropped the node,
     and a connection opened on a dropped node is one the client never closes."""
-    if not isinstance(client, (RedisCluster, SyncRedisCluster)):
+    if not (is_cluster(client) or is_sync_cluster(client)):
         return {}
     name = command[0]
     if not isinstance(name, str) or name.upper() not in _SCRIPT_CALLS or int(command[2]) < 1:
