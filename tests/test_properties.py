@@ -1,6 +1,7 @@
 """Property-based: random sequences of queue operations against a model, on a real server.
 
-Hypothesis generates sequences of enqueue, replace, debounced replace (max_wait), cancel,
+Hypothesis generates sequences of enqueue, replace, enqueues sharing one script call (as
+concurrent callers share one), debounced replace (max_wait), cancel,
 reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
 payload's `n` is the key), dispatch, claim, success, failure, crash, lease renewal, a
 stopping worker's hand-back (of an attempt no handler began, and of one cut off), a batch
@@ -54,6 +55,8 @@ LEASES = st.sampled_from([HOUR_MS, HOUR_MS, 0])
 OPERATIONS = st.sampled_from(
     ["dispatch"] * 3
     + ["enqueue"] * 3
+    # Several enqueues in one script call, as concurrent callers share one.
+    + ["shared"] * 2
     + ["replace", "cancel", "requeue", "reschedule", "debounce", "pause", "resume", "limit"]
     + ["serial"] * 2
     + ["claim"] * 3
@@ -110,7 +113,7 @@ SERIAL_STEPS = step_lists(
         + ["failure"] * 2
         + ["replace", "cancel", "reschedule", "serial", "crash", "browse", "requeue"]
         + ["undecodable", "replace-held", "cancel-held", "pause", "resume", "legacy", "lose"]
-        + ["hand-back", "cut-off", "batch"]
+        + ["hand-back", "cut-off", "batch", "shared"]
     ),
     st.sampled_from(["a", "b", "c", "d"]),
     st.integers(min_value=0, max_value=1).map(lambda n: f'{{"n":{n}}}'),

@@ -164,6 +164,8 @@ class QueueModel(SteppedRedis):
         operation = step.operation
         if operation in ("enqueue", "replace"):
             self.enqueue(step.event_id, step.payload, step.delay_ms, replace=operation == "replace")
+        elif operation == "shared":
+            self.enqueue_shared(step)
         elif operation == "debounce":
             # max_wait 0 or an hour, like the delays: the bound makes it due now, or not.
             self.debounce(step.event_id, step.payload, step.delay_ms, max_wait_ms=step.lease_ms)
@@ -221,6 +223,27 @@ class QueueModel(SteppedRedis):
         assert scheduled is expected
         if expected:
             self._schedule(event_id, payload, delay_ms)
+
+    def enqueue_shared(self, step: Step) -> None:
+        """`step.count` enqueues in one script call, as concurrent callers share one (the
+        service's coalescer, a SyncProducer's threads): the same as those enqueues one after
+        another, in order, each with its own answer; an id the call holds twice is kept
+        pending the second time unless the call replaces. The ids are taken in turn from the
+        pending ones and the step's (from `step.index`); a lease of 0 makes it a replacing
+        call (a third of them)."""
+        known = sorted({*self.pending, step.event_id})
+        ids = [known[(step.index + k) % len(known)] for k in range(step.count)]
+        replace = step.lease_ms == 0
+        items = [EnqueueItem(id_, step.payload, "{}", step.delay_ms, absolute=False) for id_ in ids]
+        scheduled = self.run(
+            enqueue_items(self.client, KEYS, EVENT_TYPE, items, mode=WriteMode(replace=replace))
+        )
+        expected = []
+        for event_id in ids:
+            expected.append(replace or event_id not in self.pending)
+            if expected[-1]:
+                self._schedule(event_id, step.payload, step.delay_ms)
+        assert scheduled == expected
 
     def debounce(self, event_id: str, payload: str, delay_ms: int, *, max_wait_ms: int) -> None:
         """A replacement bounded by max_wait: a pending version that no handler took (not
