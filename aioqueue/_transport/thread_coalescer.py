@@ -1,13 +1,13 @@
 """Coalescing calls from many threads: requests that arrive while a call is under way share
 the next one (a group commit), as coalescer.py does for the tasks of one event loop.
 
-A thread whose request finds no call under way for its key sends it at once, with whatever
-other threads added meanwhile; threads that arrive while a call is under way wait, and when
-it returns the first of them sends the next group, theirs included. One thread alone sends
-each request in a call of its own, as if nothing were shared. Under load each call carries
-many requests: a blocking SyncProducer shared by 32 threads made one script call an event,
-and a script call's fixed cost on the server (about 20 µs, and a round trip) was most of an
-event's.
+A thread whose request finds no call under way for its key sends it at once, alone;
+threads that arrive while a call is under way wait, and when it returns the first of them
+sends the next group (theirs, oldest first, up to the limit) while the others wait for it.
+One thread alone sends each request in a call of its own, as if nothing were shared. Under
+load each call carries many requests: a blocking SyncProducer shared by 32 threads made one
+script call an event, and a script call's fixed cost on the server (about 20 µs, and a round
+trip) was most of an event's.
 
 Nothing runs in the background and no lock is held across a call. A fork in the middle of
 a call leaves the child a fresh coalescer (the calls under way belong to the parent's
@@ -158,4 +158,5 @@ def _after_fork_in_child() -> None:
         coalescer._forget_after_fork()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
