@@ -69,16 +69,14 @@ async def test_threads_sharing_calls_through_cut_connections_lose_nothing_that_r
                         cuts_at += CUT_EVERY
                     await anyio.sleep(0.001)
             cut = proxy.statistics().cut
-    stats = client.info("commandstats")
+    with client:
+        stats = client.info("commandstats")
+        stored = client.pipeline()
+        for event_id in acknowledged:
+            stored.zscore(queue_key("PaymentCheck", "schedule"), event_id)
+        scores = stored.execute()
     script_calls = stats.get("cmdstat_fcall", {}).get("calls", 0)
-    stored = client.pipeline()
-    for event_id in acknowledged:
-        stored.zscore(queue_key("PaymentCheck", "schedule"), event_id)
-    lost = [
-        event_id
-        for event_id, score in zip(acknowledged, stored.execute(), strict=True)
-        if score is None
-    ]
+    lost = [event_id for event_id, score in zip(acknowledged, scores, strict=True) if score is None]
     assert len(acknowledged) == THREADS * PER_THREAD  # every thread got every answer,
     assert {type(scheduled) for scheduled in acknowledged.values()} == {bool}  # its own
     assert lost == []
