@@ -251,12 +251,24 @@ def read_deliveries(logs: Path) -> tuple[list[Call], int]:
     return calls, torn
 
 
+class KilledWorkersEvents(NamedTuple):
+    """What became of the events killed workers had begun (see late_after_kills)."""
+
+    came_back: int
+    late: int
+    latest_after_kill_ms: float
+    """The latest next attempt's due time after its worker's kill (0 when none came back)."""
+    latest_kill_ms: float | None
+    """When the worker of that latest one was killed (epoch ms; None when none came back)."""
+
+
 def late_after_kills(
     calls: Sequence[Call], kills_ms: dict[str, float], lease_ms: float
-) -> tuple[int, int, float]:
+) -> KilledWorkersEvents:
     """Of the events a killed worker had begun and that another attempt handled after the
     kill: how many, how many of those next attempts were due later than the bound after the
-    kill, and the latest one's due time after its kill (ms; 0 when none came back).
+    kill, and the latest one's due time after its kill, with that kill's time (so that a
+    late one can be placed against a server crash).
 
     A killed worker's events must be due again within one lease, whatever the handler
     timeout. The bound adds a second lease, for a renewal the worker sent just before it
@@ -267,6 +279,7 @@ def late_after_kills(
         by_event.setdefault(call.event_id, []).append(call)
     came_back = late = 0
     latest_ms = 0.0
+    latest_kill_ms: float | None = None
     bound_ms = 2 * lease_ms + SCHEDULING_INTERVAL * 1000
     for worker, killed_ms in kills_ms.items():
         begun = {call.event_id: call for call in calls if call.worker == worker}
@@ -279,9 +292,10 @@ def late_after_kills(
             if later:
                 came_back += 1
                 after_kill_ms = min(c.delivery_due_ms for c in later) - killed_ms
-                latest_ms = max(latest_ms, after_kill_ms)
+                if latest_kill_ms is None or after_kill_ms > latest_ms:
+                    latest_ms, latest_kill_ms = after_kill_ms, killed_ms
                 late += after_kill_ms > bound_ms
-    return came_back, late, latest_ms
+    return KilledWorkersEvents(came_back, late, latest_ms, latest_kill_ms)
 
 
 async def drive(args: argparse.Namespace) -> Report:
@@ -393,9 +407,7 @@ async def drive(args: argparse.Namespace) -> Report:
         )
     flow_prefixes = (TICK_PREFIX, LIMITED_PREFIX, KEYED_PREFIX, DURABLE_PREFIX)
     calls = [call for call in calls if not call[0].startswith(flow_prefixes)]
-    back_after_kill, late_after_kill, latest_after_kill_ms = late_after_kills(
-        calls, chaos.kills_ms, args.lease * 1000
-    )
+    killed = late_after_kills(calls, chaos.kills_ms, args.lease * 1000)
     tick_ms = round(TICK_SECONDS * 1000)
     expected_ticks = (ticks[-1] - ticks[0]) // tick_ms + 1 if ticks else 0
     expected = {event.id for event in events}
@@ -434,9 +446,12 @@ async def drive(args: argparse.Namespace) -> Report:
         dead=len(dead_ids),
         dead_unexpected=len(dead_ids - poisoned),
         dead_unhandled=len(dead_ids - handed_out),
-        back_after_kill=back_after_kill,
-        late_after_kill=late_after_kill,
-        latest_after_kill_ms=latest_after_kill_ms,
+        back_after_kill=killed.came_back,
+        late_after_kill=killed.late,
+        latest_after_kill_ms=killed.latest_after_kill_ms,
+        latest_kill_after_crash_ms=None
+        if killed.latest_kill_ms is None or not chaos.server_restarts
+        else killed.latest_kill_ms - chaos.server_restart_at_ms,
         invented=len(handed_out - expected),
         pending_at_end=len(pending_ids),
         delivered_before_server_restart=len(

@@ -71,6 +71,9 @@ class Report:
     scheduling interval after the kill (the lease protocol: must be 0)."""
     latest_after_kill_ms: float
     """The latest of those next attempts' due times after their kill."""
+    latest_kill_after_crash_ms: float | None
+    """When the worker of that latest one was killed, after the server's crash began
+    (negative: before it); None without a crash or a return."""
     invented: int
     """Ids handed to a handler that were never scheduled."""
     pending_at_end: int
@@ -194,9 +197,11 @@ def print_report(report: Report) -> None:
         f"  dead:        {report.dead:,} ({report.dead_unexpected} not poisoned, "
         f"{report.dead_unhandled} never handed to a handler)"
     )
+    crash = report.latest_kill_after_crash_ms
+    that_kill = "" if crash is None else f" (that kill {crash:,.0f} ms after the crash began)"
     print(
         f"  leases:      {report.back_after_kill} events of killed workers came back, "
-        f"due at most {report.latest_after_kill_ms:,.0f} ms after the kill, "
+        f"due at most {report.latest_after_kill_ms:,.0f} ms after the kill{that_kill}, "
         f"{report.late_after_kill} later than two leases plus the scheduling interval"
     )
     print(f"  invented:    {report.invented}")
