@@ -219,10 +219,15 @@ class QueueModel(SteppedRedis):
         [scheduled] = self.run(
             enqueue_items(self.client, KEYS, EVENT_TYPE, [item], mode=WriteMode(replace=replace))
         )
-        expected = replace or event_id not in self.pending
-        assert scheduled is expected
-        if expected:
+        assert scheduled is self._enqueued(event_id, payload, delay_ms, replace=replace)
+
+    def _enqueued(self, event_id: str, payload: str, delay_ms: int, *, replace: bool) -> bool:
+        """What one enqueue does to the model: schedules the event unless it is pending and
+        the enqueue does not replace; whether it did (what the script answers)."""
+        scheduled = replace or event_id not in self.pending
+        if scheduled:
             self._schedule(event_id, payload, delay_ms)
+        return scheduled
 
     def enqueue_shared(self, step: Step) -> None:
         """`step.count` enqueues in one script call, as concurrent callers share one (the
@@ -238,11 +243,10 @@ class QueueModel(SteppedRedis):
         scheduled = self.run(
             enqueue_items(self.client, KEYS, EVENT_TYPE, items, mode=WriteMode(replace=replace))
         )
-        expected = []
-        for event_id in ids:
-            expected.append(replace or event_id not in self.pending)
-            if expected[-1]:
-                self._schedule(event_id, step.payload, step.delay_ms)
+        expected = [
+            self._enqueued(event_id, step.payload, step.delay_ms, replace=replace)
+            for event_id in ids
+        ]
         assert scheduled == expected
 
     def debounce(self, event_id: str, payload: str, delay_ms: int, *, max_wait_ms: int) -> None:
