@@ -42,9 +42,17 @@ _RESULT_REPR_LIMIT = 200
 
 @dataclass(slots=True)
 class _BatchCall:
-    """What current_deliveries() describes while a batch handler runs (see DeliverySource)."""
+    """What current_deliveries() describes while a batch handler runs (see DeliverySource).
 
-    calls: list[_Call]
+    Ended when the handler returns, because the context the call ran in can outlive it: a
+    loop timer scheduled during the call (the handler timeout's own, a timeout in the
+    handler) keeps its context, cancelled or not, until asyncio drops it, which can be as
+    late as the timer's time. The calls hold every event's lease and envelope, so a batch
+    worker kept up to about a hundred finished batches in memory (asyncio drops cancelled
+    timers early once they are over half of more than a hundred)."""
+
+    calls: list[_Call] | None
+    """None once the handler has returned."""
 
     def delivery(self) -> Delivery:
         raise OutsideHandlerError(
@@ -53,7 +61,15 @@ class _BatchCall:
         )
 
     def deliveries(self) -> list[Delivery]:
+        if self.calls is None:
+            raise OutsideHandlerError(
+                "current_deliveries() describes a batch while its handler runs; this batch "
+                "handler has returned"
+            )
         return [call.delivery() for call in self.calls]
+
+    def end(self) -> None:
+        self.calls = None
 
 
 class BatchRunner(Runner[BatchHandler]):
@@ -164,6 +180,7 @@ class BatchRunner(Runner[BatchHandler]):
             ]
         finally:
             delivery_under_way.reset(token)
+            batch.end()
         return self._errors_of(result, leases)
 
     def _errors_of(self, result: object, leases: list[Lease]) -> list[str | None]:

@@ -5,6 +5,8 @@ scopes and deliveries, against real servers."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +30,7 @@ from aioqueue import (
     current_deliveries,
     current_delivery,
 )
+from aioqueue._delivery.leases import Lease
 from aioqueue._transport.client import RedisClient
 from tests.delivery.test_leases import enqueue_due_now, lease_worker, started_lines
 from tests.support.common import EVERY_TOPOLOGY, OrderStep, PaymentCheck, queue_key, wait_until
@@ -357,6 +360,64 @@ async def test_current_delivery_points_a_batch_handler_to_current_deliveries(
     assert "current_deliveries()" in seen[0]
     with pytest.raises(OutsideHandlerError):
         current_deliveries()
+
+
+async def test_a_finished_batch_is_freed_and_describes_nothing_after_its_handler(
+    service_builder: Builder, redis_client: RedisClient
+) -> None:
+    """Loop timers scheduled during a batch call keep its context until their time comes,
+    cancelled or not: the handler timeout's own does, for 30 s here. The batch's leases and
+    envelopes must not stay alive with it: once 20 batches of 50 are handled and
+    acknowledged, at most the last one's are. A task the handler left behind, which shares
+    its context, finds no deliveries once the handler has returned."""
+    batches = 20
+    handled = 0
+    late_errors: list[str] = []
+    released = anyio.Event()
+    left_behind: list[asyncio.Task[None]] = []
+
+    async def look_later() -> None:
+        await released.wait()
+        try:
+            current_deliveries()
+        except OutsideHandlerError as error:
+            late_errors.append(str(error))
+
+    async def handle(batch: list[PaymentCheck]) -> bool:
+        nonlocal handled
+        if not left_behind:
+            left_behind.append(asyncio.get_running_loop().create_task(look_later()))
+        handled += len(batch)
+        return True
+
+    def leases_alive() -> int:
+        gc.collect()
+        return sum(
+            1
+            for thing in gc.get_objects()
+            if type(thing) is Lease and thing.envelope.event_type == "PaymentCheck"
+        )
+
+    service = service_builder().build()
+    service.add_batch_handler(PaymentCheck, handle, max_size=50, max_wait=0.01)
+    async with service:
+        for n in range(batches):
+            await service.enqueue_many(checks(50, f"b{n}"), 0)
+
+        async def all_acknowledged() -> bool:
+            return handled == batches * 50 and not await redis_client.hlen(
+                queue_key("PaymentCheck", "events")
+            )
+
+        await wait_until(all_acknowledged)
+        alive = leases_alive()
+        released.set()
+        await left_behind[0]
+    assert alive <= 50
+    assert late_errors == [
+        "current_deliveries() describes a batch while its handler runs; this batch handler "
+        "has returned"
+    ]
 
 
 @pytest.mark.parametrize(
