@@ -120,18 +120,25 @@ async def enqueue_due(system: System, options: Options, first_index: int = 0) ->
 
 
 async def timed_drain(system: System, options: Options) -> tuple[float, Recorder, JsonDict]:
-    """Seconds from starting a worker until it has handled `events` events, its record, and
-    the server's CPU over those seconds (cpu_figures)."""
+    """Seconds from starting a worker until it has handled `events` events, its record, the
+    server's CPU over those seconds (cpu_figures), and the worker's own CPU per event from
+    its ready signal on (`worker_cpu_us_per_event`: its start-up left out). On a busy
+    machine the worker's CPU per event varies far less than its rate does."""
     recorder = Recorder(options.events)
     cpu_before = await read_server_cpu([options.url])
     started = time.perf_counter()
     finished = 0.0
     cpu_after: CpuReading | None = None
+    worker_cpu: list[float] = []
+
+    def on_ready() -> None:
+        worker_cpu.append(tree_cpu_seconds())
 
     async def watch() -> None:
         nonlocal finished, cpu_after
         await recorder.done.wait()
         finished = time.perf_counter()
+        worker_cpu.append(tree_cpu_seconds())
         # The worker is stopping meanwhile: what it still asks of the server is for these
         # events too (a last acknowledgement), or its shutdown, a few commands at most.
         cpu_after = await read_server_cpu([options.url])
@@ -139,13 +146,16 @@ async def timed_drain(system: System, options: Options) -> tuple[float, Recorder
     watcher = asyncio.ensure_future(watch())
     try:
         await asyncio.wait_for(
-            system.work(options.url, options.variant, recorder, lambda: None), options.timeout
+            system.work(options.url, options.variant, recorder, on_ready), options.timeout
         )
         await watcher
     finally:
         watcher.cancel()
     assert cpu_after is not None
-    return finished - started, recorder, cpu_figures(cpu_before, cpu_after, options.events)
+    figures = cpu_figures(cpu_before, cpu_after, options.events)
+    if len(worker_cpu) == 2:
+        figures["worker_cpu_us_per_event"] = (worker_cpu[1] - worker_cpu[0]) / options.events * 1e6
+    return finished - started, recorder, figures
 
 
 async def scenario_drain(system: System, options: Options) -> JsonDict:
