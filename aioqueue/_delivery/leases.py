@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import anyio
+import msgspec
 
 from aioqueue._transport.client import RedisClient
 from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
@@ -34,9 +34,12 @@ RENEWALS_PER_LEASE = 3
 HAND_BACK_TIMEOUT = 5.0
 
 
-@dataclass(slots=True, eq=False)  # eq=False: held in sets by identity; one made per event
-class Lease:
-    """One attempt this service holds, from its claim until it is settled or given back."""
+class Lease(msgspec.Struct, gc=False, eq=False):
+    """One attempt this service holds, from its claim until it is settled or given back.
+
+    Compared and hashed by identity (eq=False: held in sets). One is made per event, and
+    the garbage collector does not track it (gc=False): a lease refers to its queue's store
+    and its envelope, neither of which refers back to a lease, so it is part of no cycle."""
 
     store: QueueStore
     envelope: Envelope

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
+from msgspec import UNSET, UnsetType
 
 from aioqueue._model.event import Event
 from aioqueue._transport.client import text
@@ -38,9 +40,34 @@ def stored_version(fields: dict[str, Any]) -> Any:
     return fields["v"] if "v" in fields else fields.get("version")
 
 
-@dataclass(slots=True)  # not frozen: one is made per delivery, and frozen init is slower
-class Envelope:
-    """One delivery of an event, as the dispatcher pushed it (see docs/wire-format.md)."""
+# An integer that orjson reads as one (it reads those beyond 64 bits as floats, which int()
+# then rounds): the typed step below takes only these, so that it reads what the general
+# reading does. msgspec bounds an int within int64.
+_JsonInt = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
+class _Delivered(msgspec.Struct, gc=False):
+    """The fields of an envelope as aioqueue's scripts write them, typed, for msgspec to read
+    in one step: with the short keys (`p`, `v`), integer numbers, a context of strings."""
+
+    id: str | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    p: str | UnsetType = UNSET
+    v: _JsonInt | UnsetType = UNSET
+    context: dict[str, str] | None = None
+    attempt: _JsonInt = 0
+    due_at: _JsonInt | None = None
+
+
+_DELIVERED = msgspec.json.Decoder(_Delivered)
+
+
+class Envelope(msgspec.Struct, gc=False):
+    """One delivery of an event, as the dispatcher pushed it (see docs/wire-format.md).
+
+    A msgspec Struct the garbage collector does not track (gc=False): one is made per
+    delivery and a batch holds hundreds, and an envelope refers to text, integers and a dict
+    of text only, so it can be part of no reference cycle."""
 
     id: str
     event_type: str
@@ -58,7 +85,34 @@ class Envelope:
 
         Envelopes written by aioqueue leave the type out too (the key says it); one that
         states a type keeps it, so a mismatch can be caught.
+
+        An envelope as the scripts write it is read by msgspec in one typed step (about a
+        third of the time of a decode and the checks after it); anything else (the long keys of
+        older envelopes, a float where an integer belongs, a malformed envelope) by the
+        general reading, which accepts and refuses exactly what it did before.
         """
+        try:
+            fields = _DELIVERED.decode(raw)
+        except msgspec.DecodeError:  # ValidationError included
+            return cls._parse_any(raw, event_type=event_type, event_id=event_id)
+        delivered_id = event_id if fields.id is UNSET else fields.id
+        if fields.p is UNSET or fields.v is UNSET or delivered_id is None:
+            return cls._parse_any(raw, event_type=event_type, event_id=event_id)
+        return cls(
+            delivered_id,
+            event_type if fields.type is UNSET else fields.type,
+            fields.p,
+            fields.context or {},
+            fields.attempt,
+            fields.v,
+            fields.due_at or 0,
+        )
+
+    @classmethod
+    def _parse_any(
+        cls, raw: bytes | str, *, event_type: str, event_id: str | None = None
+    ) -> Envelope:
+        """parse() for any text: every field read and checked on its own."""
         fields = _load(raw)
         try:
             return cls(
