@@ -260,6 +260,9 @@ class KilledWorkersEvents(NamedTuple):
     """The latest next attempt's due time after its worker's kill (0 when none came back)."""
     latest_kill_ms: float | None
     """When the worker of that latest one was killed (epoch ms; None when none came back)."""
+    latest_calls: list[str]
+    """Every handler call of that latest one, timed from that kill, with its worker's own
+    kill when that worker was killed too: what a late return is diagnosed from."""
 
 
 def late_after_kills(
@@ -280,6 +283,7 @@ def late_after_kills(
     came_back = late = 0
     latest_ms = 0.0
     latest_kill_ms: float | None = None
+    latest_event = ""
     bound_ms = 2 * lease_ms + SCHEDULING_INTERVAL * 1000
     for worker, killed_ms in kills_ms.items():
         begun = {call.event_id: call for call in calls if call.worker == worker}
@@ -293,9 +297,23 @@ def late_after_kills(
                 came_back += 1
                 after_kill_ms = min(c.delivery_due_ms for c in later) - killed_ms
                 if latest_kill_ms is None or after_kill_ms > latest_ms:
-                    latest_ms, latest_kill_ms = after_kill_ms, killed_ms
+                    latest_ms, latest_kill_ms, latest_event = after_kill_ms, killed_ms, event_id
                 late += after_kill_ms > bound_ms
-    return KilledWorkersEvents(came_back, late, latest_ms, latest_kill_ms)
+    latest_calls = []
+    if latest_kill_ms is not None:
+        for call in sorted(by_event[latest_event], key=lambda call: call.handled_ms):
+            own_kill = kills_ms.get(call.worker)
+            killed = (
+                ""
+                if own_kill is None
+                else f", its worker killed {own_kill - latest_kill_ms:+,.0f} ms"
+            )
+            latest_calls.append(
+                f"{latest_event} attempt {call.attempt} on {call.worker}: began "
+                f"{call.handled_ms - latest_kill_ms:+,.0f} ms, due "
+                f"{call.delivery_due_ms - latest_kill_ms:+,.0f} ms{killed}"
+            )
+    return KilledWorkersEvents(came_back, late, latest_ms, latest_kill_ms, latest_calls)
 
 
 async def drive(args: argparse.Namespace) -> Report:
@@ -452,6 +470,7 @@ async def drive(args: argparse.Namespace) -> Report:
         latest_kill_after_crash_ms=None
         if killed.latest_kill_ms is None or not chaos.server_restarts
         else killed.latest_kill_ms - chaos.server_restart_at_ms,
+        latest_after_kill_calls=killed.latest_calls,
         invented=len(handed_out - expected),
         pending_at_end=len(pending_ids),
         delivered_before_server_restart=len(

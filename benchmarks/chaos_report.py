@@ -74,6 +74,8 @@ class Report:
     latest_kill_after_crash_ms: float | None
     """When the worker of that latest one was killed, after the server's crash began
     (negative: before it); None without a crash or a return."""
+    latest_after_kill_calls: list[str]
+    """Every handler call of that latest one, timed from that kill (see late_after_kills)."""
     invented: int
     """Ids handed to a handler that were never scheduled."""
     pending_at_end: int
@@ -204,6 +206,9 @@ def print_report(report: Report) -> None:
         f"due at most {report.latest_after_kill_ms:,.0f} ms after the kill{that_kill}, "
         f"{report.late_after_kill} later than two leases plus the scheduling interval"
     )
+    if report.late_after_kill:
+        for line in report.latest_after_kill_calls:
+            print(f"               {line}")
     print(f"  invented:    {report.invented}")
     print(f"  pending:     {report.pending_at_end} at the end (drained: {report.drained})")
     lateness = "  ".join(f"{name} {value:g}" for name, value in report.lateness_ms.items())

@@ -16,6 +16,7 @@ producers run at DURABLE_RATE here to add little load of their own."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -99,7 +100,11 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     # The lease protocol: nothing dead that no handler was handed, and a killed worker's
     # events due again within its lease (with a renewal in flight at the kill, two).
     assert report["dead_unhandled"] == 0
-    assert report["late_after_kill"] == 0
+    assert report["late_after_kill"] == 0, (
+        report["latest_after_kill_ms"],
+        report["latest_kill_after_crash_ms"],
+        report["latest_after_kill_calls"],
+    )
     assert report["torn_lines"] == 0
     # One worker ran the handler as a plain function in threads, one as a batch handler;
     # every worker kept the recurring schedule, and no tick went missing through the kills,
@@ -140,3 +145,32 @@ def check_durable_enqueues(durable: dict[str, Any]) -> None:
     assert durable["delivered"] == durable["acknowledged"]
     assert durable["invented"] == 0
     assert durable["given_up"] == 0
+
+
+def test_the_lease_counter_tells_every_call_of_the_latest_return(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A late return must be diagnosable from the report alone: the latest one's calls,
+    each timed from the kill of the worker it came back from, with any other kill."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    chaos = importlib.import_module("chaos")  # a script of benchmarks/, not a package
+    Call, late_after_kills = chaos.Call, chaos.late_after_kills
+
+    calls = [
+        Call("e-1", 0, 100.0, 1, 0, "w1"),
+        Call("e-1", 0, 2_500.0, 2, 1_900, "w2"),
+        Call("e-1", 0, 6_000.0, 3, 5_200, "w3"),
+        Call("e-2", 0, 200.0, 1, 0, "w1"),
+        Call("e-2", 0, 1_500.0, 2, 1_500, "w3"),
+    ]
+    killed = late_after_kills(calls, {"w1": 1_000.0, "w2": 3_000.0}, lease_ms=1_000)
+
+    # w1's e-1 and e-2 came back 900 and 500 ms after its kill; w2's e-1 2,200 ms after
+    # its kill, past the bound of two leases and the scheduling interval (2,100 ms).
+    assert (killed.came_back, killed.late) == (3, 1)
+    assert (killed.latest_after_kill_ms, killed.latest_kill_ms) == (2_200, 3_000.0)
+    assert killed.latest_calls == [
+        "e-1 attempt 1 on w1: began -2,900 ms, due -3,000 ms, its worker killed -2,000 ms",
+        "e-1 attempt 2 on w2: began -500 ms, due -1,100 ms, its worker killed +0 ms",
+        "e-1 attempt 3 on w3: began +3,000 ms, due +2,200 ms",
+    ]
