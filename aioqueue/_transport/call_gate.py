@@ -23,12 +23,16 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import anyio
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 
 from aioqueue._model.errors import ConfigurationError
-from aioqueue._transport.client import REPLY_TIMEOUT, RedisClient, within_reply_timeout
+from aioqueue._transport.client import (
+    REPLY_TIMEOUT,
+    RedisClient,
+    is_cluster,
+    within_reply_timeout,
+)
 from aioqueue._transport.held_connection import HeldConnection
 
 __all__ = [
@@ -170,7 +174,7 @@ async def retrying_a_full_pool(call: Callable[[], Awaitable[T]]) -> T:
 def pool_size(client: RedisClient) -> int | None:
     """How many connections the client may open (on a cluster: to each node), None when
     its pool sets no limit."""
-    if isinstance(client, RedisCluster):
+    if is_cluster(client):
         return int(client.nodes_manager.connection_kwargs.get("max_connections", 100))
     limit = getattr(client.connection_pool, "max_connections", None)
     return None if limit is None else int(limit)

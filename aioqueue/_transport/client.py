@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Any, TypeAlias, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import anyio
 import redis
@@ -21,6 +21,11 @@ from aioqueue._transport.sentinel import (
     sentinel_client,
     sync_sentinel_client,
 )
+
+if TYPE_CHECKING:
+    # typing's own from Python 3.13: unlike TypeGuard, it narrows the other branch too (a
+    # client that is not a cluster is a plain Redis client).
+    from typing_extensions import TypeIs
 
 __all__ = [
     "REPLY_TIMEOUT",
@@ -44,12 +49,12 @@ SyncRedisClient: TypeAlias = "redis.Redis | SyncRedisCluster"
 T = TypeVar("T")
 
 
-def is_cluster(client: object) -> TypeGuard[RedisCluster]:
+def is_cluster(client: object) -> TypeIs[RedisCluster]:
     """Whether `client` is an asyncio cluster client (isinstance, answered once per class)."""
     return _cluster_kind(type(client)) is RedisCluster
 
 
-def is_sync_cluster(client: object) -> TypeGuard[SyncRedisCluster]:
+def is_sync_cluster(client: object) -> TypeIs[SyncRedisCluster]:
     """Whether `client` is a blocking cluster client (isinstance, answered once per class)."""
     return _cluster_kind(type(client)) is SyncRedisCluster
 

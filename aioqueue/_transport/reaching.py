@@ -14,14 +14,18 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.asyncio.cluster import RedisCluster
-from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import BusyLoadingError, RedisClusterException, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from aioqueue._model.errors import RedisUnavailableError
-from aioqueue._transport.client import RedisClient, SyncRedisClient, within_reply_timeout
+from aioqueue._transport.client import (
+    RedisClient,
+    SyncRedisClient,
+    is_cluster,
+    is_sync_cluster,
+    within_reply_timeout,
+)
 from aioqueue._transport.recovery import logger
 
 __all__ = ["client_address", "display_url", "reach", "unavailable", "unavailable_as_one_error"]
@@ -55,7 +59,7 @@ def _masked_option(option: str) -> str:
 def client_address(client: RedisClient | SyncRedisClient) -> str:
     """Where a client connects, from its connection settings (it has no URL): `host:port`,
     a Unix socket's path, a Sentinel group or a cluster's startup nodes."""
-    if isinstance(client, RedisCluster | SyncRedisCluster):
+    if is_cluster(client) or is_sync_cluster(client):
         nodes = ", ".join(client.nodes_manager.startup_nodes) or "no startup node"
         return f"the Redis Cluster of {nodes}"
     pool: Any = client.connection_pool
@@ -95,7 +99,7 @@ async def reach(client: RedisClient, address: str | None) -> None:
     server answers within the reply timeout. A server that answers with an error (an ACL
     without PING, a cluster still settling) counts as reached."""
     try:
-        if isinstance(client, RedisCluster):
+        if is_cluster(client):
             # Its slot map, read from any startup node, proves the cluster answers; a PING
             # would go to every node, and one replica down must not stop a start.
             await within_reply_timeout(client.initialize())

@@ -212,7 +212,7 @@ class _Walk(Generic[R]):
 
 
 async def _pipeline(client: RedisClient, step: Pipeline) -> Any:
-    if isinstance(client, RedisCluster):
+    if is_cluster(client):
         return await _cluster_pipeline(client, step)
     confirm = step.confirm.commands if step.confirm else ()
     async with client.pipeline(transaction=False) as pipe:
@@ -300,7 +300,7 @@ def _routing_key(command: Command) -> str:
 
 
 def _pipeline_sync(client: SyncRedisClient, step: Pipeline) -> Any:
-    if isinstance(client, SyncRedisCluster):
+    if is_sync_cluster(client):
         return _cluster_pipeline_sync(client, step)
     confirm = step.confirm.commands if step.confirm else ()
     with client.pipeline(transaction=False) as pipe:

@@ -25,13 +25,13 @@ from typing import Any, Protocol, TypeVar
 import anyio
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.client import PubSub
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError
 
 from aioqueue._transport.client import (
     REPLY_TIMEOUT,
     RedisClient,
     ensure_slot_map,
+    is_cluster,
     text,
     within_reply_timeout,
 )
@@ -124,7 +124,7 @@ class Subscriber:
     @asynccontextmanager
     async def _pubsub(self) -> AsyncIterator[PubSub]:
         client = self._client
-        if not isinstance(client, RedisCluster):
+        if not is_cluster(client):
             async with _closed_after(client.pubsub()) as pubsub:
                 yield pubsub
             return

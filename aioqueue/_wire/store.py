@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
 import orjson
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from aioqueue._transport.call_gate import gated_call
-from aioqueue._transport.client import RedisClient
+from aioqueue._transport.client import RedisClient, is_cluster
 from aioqueue._transport.steps import run_steps
 from aioqueue._wire.envelope import Envelope, text
 from aioqueue._wire.keys import QueueKeys
@@ -329,7 +328,7 @@ async def peek_queues(client: RedisClient, stores: Sequence[QueueStore]) -> list
     PEEK_CHUNK queues, on a cluster a call per queue (a call's keys share a slot), all in one
     pipeline; None for a queue whose keys the server refuses to read (written by hand with the
     wrong type: its dispatch says so, and the other queues' peeks go on)."""
-    per_call = 1 if isinstance(client, RedisCluster) else PEEK_CHUNK
+    per_call = 1 if is_cluster(client) else PEEK_CHUNK
     chunks = [stores[start : start + per_call] for start in range(0, len(stores), per_call)]
     calls = [
         ScriptCall([key for store in chunk for key in (store.keys.schedule, store.keys.ready)], [])
