@@ -5,12 +5,12 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
 
 import anyio
+import msgspec
 
 from aioqueue._model.config import ServiceConfig
 from aioqueue._model.delivery import Delivery, delivery_under_way
@@ -41,10 +41,12 @@ Handler = Callable[[Any], Awaitable[bool]] | Callable[[Any], bool]
 _RESULT_REPR_LIMIT = 200
 
 
-@dataclass(slots=True)
-class _Call:
+class _Call(msgspec.Struct, gc=False, eq=False):
     """A handler call running in a lane, with what settling it needs; also what
-    current_delivery() describes (see DeliverySource)."""
+    current_delivery() describes (see DeliverySource).
+
+    Untracked by the garbage collector, as Succeeded is and for the same reason (see there);
+    compared by identity, as a lane compares its running call."""
 
     lease: Lease
     lateness: float
@@ -70,9 +72,14 @@ class _Call:
         return [self.delivery()]
 
 
-@dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
-class Succeeded:
-    """A delivery whose handler returned True: it still has to be acknowledged."""
+class Succeeded(msgspec.Struct, gc=False, eq=False):
+    """A delivery whose handler returned True: it still has to be acknowledged.
+
+    One is made per event, and a batch holds hundreds at once: objects the garbage collector
+    tracks that live through its young collections are promoted, and each full collection,
+    which then comes sooner, walks every object of the process. Like Lease (see there) it
+    refers only to objects that never refer back to it, so it is part of no cycle and need
+    not be tracked (gc=False)."""
 
     lease: Lease
     duration: float

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
+import msgspec
 
 from aioqueue._model.config import ServiceConfig
 from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
@@ -55,9 +56,11 @@ class Partition:
     """Deliveries its ready list held after the taker's last claim (None before the first)."""
 
 
-@dataclass(slots=True)  # not frozen: one is made per event, and frozen init is slower
-class Claim:
-    """A claimed attempt on its way to a worker, with the partition it came from."""
+class Claim(msgspec.Struct, gc=False, eq=False):
+    """A claimed attempt on its way to a worker, with the partition it came from.
+
+    Untracked by the garbage collector, as Succeeded is and for the same reason (see there):
+    a partition never refers to a claim."""
 
     partition: Partition
     lease: Lease
