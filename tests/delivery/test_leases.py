@@ -11,6 +11,7 @@ handler timeout and the default 5 s lease.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -20,6 +21,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
+from typing import Any
 
 import anyio
 import pytest
@@ -32,6 +35,7 @@ from aioqueue import (
     current_delivery,
 )
 from aioqueue._admin.stats import read_stats
+from aioqueue._model.delivery import describe_delivery
 from aioqueue._transport.client import RedisClient
 from tests.support.common import EVERY_TOPOLOGY, PaymentCheck, subscribed, wait_until
 from tests.support.ops import ROOT
@@ -292,6 +296,27 @@ async def test_a_handler_reads_its_delivery(service_builder: Builder) -> None:
         due += timedelta(seconds=1)
     with pytest.raises(OutsideHandlerError, match="only available while a handler runs"):
         current_delivery()
+
+
+def test_a_delivery_described_on_demand_is_the_one_its_constructor_makes() -> None:
+    """Workers build deliveries without the dataclass's __init__ (see describe_delivery):
+    every field must land where its name says, and the record stays frozen."""
+    due_at = datetime(2026, 11, 29, 1, 2, 3, 4000, tzinfo=timezone.utc)
+    fields: dict[str, Any] = {
+        "type": "PaymentCheck",
+        "id": "p-1",
+        "attempt": 2,
+        "max_attempts": 5,
+        "due_at": due_at,
+        "lateness": timedelta(milliseconds=7),
+        "context": MappingProxyType({"trace": "abc"}),
+    }
+    described = describe_delivery(*fields.values())
+    assert described == Delivery(**fields)
+    assert {name: getattr(described, name) for name in fields} == fields
+    assert [field.name for field in dataclasses.fields(Delivery)] == list(fields)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        described.attempt = 3  # type: ignore[misc]
 
 
 @pytest.mark.backends("standalone")
