@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -47,11 +47,17 @@ class Delivery:
 
 # Delivery is frozen, so its generated __init__ sets each field through object.__setattr__:
 # 2.3 µs for its seven, where a batch handler that reads current_deliveries() has one built
-# per event. The slots' own descriptors set the same fields in a third of that.
-_FIELD_SETTERS = tuple(
-    getattr(Delivery, name).__set__
-    for name in ("type", "id", "attempt", "max_attempts", "due_at", "lateness", "context")
-)
+# per event. The slots' own descriptors set the same fields in a third of that. Taken from
+# the fields themselves, in their order: a field added to Delivery stops the import here.
+(
+    _set_type,
+    _set_id,
+    _set_attempt,
+    _set_max_attempts,
+    _set_due_at,
+    _set_lateness,
+    _set_context,
+) = (getattr(Delivery, field.name).__set__ for field in fields(Delivery))
 
 
 def describe_delivery(
@@ -64,18 +70,15 @@ def describe_delivery(
     context: Mapping[str, str],
 ) -> Delivery:
     """The Delivery `Delivery(...)` would make of these fields, in a third of its time (see
-    _FIELD_SETTERS): what a worker builds when a handler asks."""
+    the setters above): what a worker builds when a handler asks."""
     delivery: Delivery = object.__new__(Delivery)
-    set_type, set_id, set_attempt, set_max_attempts, set_due_at, set_lateness, set_context = (
-        _FIELD_SETTERS
-    )
-    set_type(delivery, event_type)
-    set_id(delivery, event_id)
-    set_attempt(delivery, attempt)
-    set_max_attempts(delivery, max_attempts)
-    set_due_at(delivery, due_at)
-    set_lateness(delivery, lateness)
-    set_context(delivery, context)
+    _set_type(delivery, event_type)
+    _set_id(delivery, event_id)
+    _set_attempt(delivery, attempt)
+    _set_max_attempts(delivery, max_attempts)
+    _set_due_at(delivery, due_at)
+    _set_lateness(delivery, lateness)
+    _set_context(delivery, context)
     return delivery
 
 

@@ -437,22 +437,17 @@ def test_the_records_of_each_event_in_flight_are_left_to_reference_counting() ->
     process (docs/benchmarks.md). They are compared by identity, as the workers do."""
     envelope = Envelope.parse('{"p":"{}","v":1}', event_type="PaymentCheck", event_id="p-1")
     lease = Lease(store=None, envelope=envelope, claimed_at_ms=0, claimed_at=0.0)  # type: ignore[arg-type]
-    records = [
-        Claim(partition=None, lease=lease),  # type: ignore[arg-type]
-        _Call(lease, lateness=0.0, started=0.0, max_attempts=3),
-        Succeeded(lease, duration=0.0, lateness=0.0),
-    ]
-    assert [gc.is_tracked(record) for record in records] == [False, False, False]
-    twins = [
-        Claim(partition=None, lease=lease),  # type: ignore[arg-type]
-        _Call(lease, lateness=0.0, started=0.0, max_attempts=3),
-        Succeeded(lease, duration=0.0, lateness=0.0),
-    ]
-    assert [record == twin for record, twin in zip(records, twins, strict=True)] == [
-        False,
-        False,
-        False,
-    ]
+
+    def records() -> list[object]:
+        return [
+            Claim(partition=None, lease=lease),  # type: ignore[arg-type]
+            _Call(lease, lateness=0.0, started=0.0, max_attempts=3),
+            Succeeded(lease, duration=0.0, lateness=0.0),
+        ]
+
+    first, second = records(), records()
+    assert [gc.is_tracked(record) for record in first] == [False, False, False]
+    assert [one == twin for one, twin in zip(first, second, strict=True)] == [False] * 3
 
 
 @pytest.mark.parametrize(
