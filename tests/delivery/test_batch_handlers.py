@@ -434,20 +434,26 @@ async def test_a_finished_batch_is_freed_and_describes_nothing_after_its_handler
 def test_the_records_of_each_event_in_flight_are_left_to_reference_counting() -> None:
     """A batch holds hundreds of each at once: tracked by the garbage collector, they were
     promoted through its young generations and brought on full collections of the whole
-    process (docs/benchmarks.md). They are compared by identity, as the workers do."""
-    envelope = Envelope.parse('{"p":"{}","v":1}', event_type="PaymentCheck", event_id="p-1")
-    lease = Lease(store=None, envelope=envelope, claimed_at_ms=0, claimed_at=0.0)  # type: ignore[arg-type]
+    process (docs/benchmarks.md). A worker holds them in sets and maps by identity, as it
+    would dataclasses with eq=False; an envelope is a value."""
 
     def records() -> list[object]:
+        envelope = Envelope.parse('{"p":"{}","v":1}', event_type="PaymentCheck", event_id="p-1")
+        lease = Lease(store=None, envelope=envelope, claimed_at_ms=0, claimed_at=0.0)  # type: ignore[arg-type]
         return [
+            envelope,
+            lease,
             Claim(partition=None, lease=lease),  # type: ignore[arg-type]
             _Call(lease, lateness=0.0, started=0.0, max_attempts=3),
             Succeeded(lease, duration=0.0, lateness=0.0),
         ]
 
     first, second = records(), records()
-    assert [gc.is_tracked(record) for record in first] == [False, False, False]
-    assert [one == twin for one, twin in zip(first, second, strict=True)] == [False] * 3
+    assert [gc.is_tracked(record) for record in first] == [False] * 5
+    same = [one == twin for one, twin in zip(first, second, strict=True)]
+    assert same == [True, False, False, False, False]
+    lease, twin = first[1], second[1]
+    assert len({lease, twin, lease}) == 2
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ result. Envelopes and leases are left to reference counting (gc=False)."""
 
 from __future__ import annotations
 
-import gc
 import json
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioqueue._delivery.leases import Lease
 from aioqueue._wire.envelope import Envelope, EnvelopeError
 
 # The keys a script writes, the long keys of older envelopes, and some it never reads.
@@ -115,14 +113,3 @@ def test_an_envelope_as_the_scripts_write_it_takes_the_typed_step(
     monkeypatch.setattr(Envelope, "_parse_any", refuse)
     envelope = Envelope.parse(raw, event_type="PaymentCheck", event_id="p-1")
     assert (envelope.id, envelope.event_type, envelope.version) == ("p-1", "PaymentCheck", 7)
-
-
-def test_envelopes_and_leases_are_not_tracked_by_the_garbage_collector() -> None:
-    envelope = Envelope.parse('{"p":"{}","v":1}', event_type="PaymentCheck", event_id="p-1")
-    lease = Lease(store=None, envelope=envelope, claimed_at_ms=0, claimed_at=0.0)  # type: ignore[arg-type]
-    assert not gc.is_tracked(envelope)
-    assert not gc.is_tracked(lease)
-    # Held in sets by identity, like a dataclass with eq=False.
-    twin = Lease(store=None, envelope=envelope, claimed_at_ms=0, claimed_at=0.0)  # type: ignore[arg-type]
-    assert lease != twin
-    assert len({lease, twin, lease}) == 2
