@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import itertools
 import math
+import operator
 import re
 import typing
 import uuid
@@ -83,9 +85,13 @@ class EventCodec:
             ) from exc
         # JSON has no NaN or infinity: orjson writes them as null, which a `float` field
         # refuses at delivery and a `float | None` one reads as None, the value lost either
-        # way. Only a payload with a null can hold one, so the common case costs one search.
-        # The search walks the fields as encoded (their wire names, as decoding errors give).
-        if b"null" in payload:
+        # way. Each top-level None and each such float is a `null` of its own in the payload
+        # (text inside strings can only add more), so a payload with no more nulls than the
+        # fields that are None holds none of them: an event with optional fields left out
+        # costs a count, not a walk. The walk goes through the fields as encoded (their wire
+        # names, as decoding errors give).
+        nulls = payload.count(b"null")
+        if nulls and nulls > sum(map(operator.is_, fields.values(), _NONES)):
             path = _non_finite_path(fields)
             if path is not None:
                 raise InvalidEventError(
@@ -274,6 +280,9 @@ def _non_finite_path(value: Any, depth: int = 0) -> str | None:
             return (f"[{key}]" if indexed else f".{key}") + found
     return None
 
+
+# None, as often as asked: paired with a payload's fields to count those that are None.
+_NONES = itertools.repeat(None)
 
 # Exact types that cannot be or hold a float, passed over in one lookup: most members of a
 # payload are one of these, and the isinstance checks below them cost several times as much.

@@ -14,11 +14,13 @@ import pydantic
 import pytest
 from redis.asyncio import Redis
 
+import aioqueue._model.codec
 from aioqueue import (
     Event,
     EventServiceBuilder,
     InvalidEnqueueError,
     InvalidEventError,
+    JsonSerializer,
     SerializationError,
 )
 from tests.support.common import Recorder, all_keys
@@ -75,6 +77,8 @@ class Invoice(pydantic.BaseModel, Event):
         (Reading(id="r", ratio=math.inf), "$.ratio"),
         (Reading(id="r", ratio=1.0, spare=-math.inf), "$.spare"),
         (Reading(id="r", ratio=1.0, by_name={"a": 1.0, "b": math.nan}), "$.by_name.b"),
+        # As many nulls as there are fields that are None, one of them a NaN's.
+        (Reading(id="r", ratio=1.0, spare=None, by_name={"b": math.nan}), "$.by_name.b"),
         (Sample(id="s", values=[1.0, math.nan]), "$.values[1]"),
         # A renamed field is named as it is written, as decoding errors name it.
         (Priced(id="p", unit_price=math.nan), "$.unitPrice"),
@@ -86,6 +90,7 @@ class Invoice(pydantic.BaseModel, Event):
         "inf",
         "optional",
         "dict-value",
+        "beside-none",
         "struct-list",
         "struct-renamed",
         "nested-dataclass",
@@ -100,6 +105,30 @@ async def test_a_non_finite_float_is_refused_by_its_path(
             await service.enqueue(event, 0)
     # Nothing of the event was written (only the registry and the published schema are).
     assert not [key for key in await all_keys(redis_client) if b"{" in key]
+
+
+def test_an_event_whose_nulls_are_its_none_fields_is_not_searched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The search for a NaN walks every member; an event with optional fields left out (the
+    # common case) has no more nulls than fields that are None, so it is encoded without it.
+    def searched(value: object, depth: int = 0) -> str | None:
+        raise AssertionError("searched a payload whose nulls are all None fields")
+
+    monkeypatch.setattr(aioqueue._model.codec, "_non_finite_path", searched)
+    serializer = JsonSerializer()
+    payload = serializer.encode(Reading(id="r", ratio=1.0, items=[Item("a", 1)], spare=None))
+    assert serializer.decode(Reading, "r", payload) == Reading(
+        id="r", ratio=1.0, items=[Item("a", 1)]
+    )
+    # One null more than the fields that are None (a NaN's, or text that reads "null"), and
+    # the search runs.
+    for more in (
+        Reading(id="r", ratio=math.nan),
+        Reading(id="r", ratio=1.0, items=[Item("null", 1)]),
+    ):
+        with pytest.raises(AssertionError, match="searched"):
+            serializer.encode(more)
 
 
 async def test_a_value_of_the_wrong_type_is_refused_with_the_field_path(
