@@ -133,7 +133,8 @@ async def run_through_failover(
 class Run:
     failover_seconds: float
     delivered_in_cut: int
-    """Deliveries that began while the replica was cut off: their acknowledgements died."""
+    """Deliveries that began from the start of the cut to the primary's death: their
+    writes may have died with it."""
 
 
 def services(

@@ -1,7 +1,8 @@
 """Envelope.parse reads an envelope as the scripts write it in one typed step (msgspec), and
 anything else through the general reading: for any JSON text, duplicate keys and other
 types included, it must accept and refuse what the general reading does, with the same
-result. Envelopes and leases are left to reference counting (gc=False)."""
+result. That envelopes are left to reference counting (gc=False) is checked with the
+worker's other per-event records, in tests/delivery/test_batch_handlers.py."""
 
 from __future__ import annotations
 
