@@ -72,6 +72,13 @@ SETTLING_CASES = [
     # A serial key value, and a due_at written by hand as null (under way, as decoded).
     ('{"p":"{}","v":7,"serial":"customer-9","due_at":5}', "7"),
     ('{"p":"{}","v":7,"due_at":null}', "7"),
+    # A context key named like a field, ahead of the envelope's own.
+    ('{"context":{"v":"7"},"p":"{}","v":7,"due_at":5}', "7"),
+    ('{"p":"{}","v":7,"context":{"due_at":"5"},"due_at":5}', "7"),
+    # Written by hand, with spaces cjson never writes: a key after one is decoded.
+    ('{"v":7, "due_at":5}', "7"),
+    ('{ "v":7,"due_at":5}', "7"),
+    ('{"p":"{}","v":7,"due_at":"soon"}', "7"),
     # Not an envelope at all.
     ('["v",7]', "7"),
     ("not json", "7"),
@@ -105,6 +112,44 @@ async def test_acknowledging_reads_an_envelope_as_decoding_it_would(
     assert await run_lua(redis_client, "return settled_view(false, '1') and 1 or 0") == 0
 
 
+@pytest.mark.parametrize(
+    "number",
+    ["0", "-5", "1764345600123", "99999999999999", "-99999999999999", "1e14", "-1e14",
+     "123456789012345678", "1764345600123.5", "0.1", "9007199254740993"],
+)  # fmt: skip
+async def test_numbers_are_written_as_cjson_writes_them(
+    redis_client: RedisClient, number: str
+) -> None:
+    """number_json (a number in JSON written by hand) gives cjson's text, whether it takes
+    the whole-number way or Lua's own formatting."""
+    written, encoded = await run_lua(
+        redis_client,
+        "local n = tonumber(ARGV[1]) return {number_json(n), cjson.encode({n})}",
+        number,
+    )
+    assert f"[{written.decode()}]" == encoded.decode()
+
+
+async def test_a_score_formatted_once_is_the_score(redis_client: RedisClient) -> None:
+    """score_argument (a lease end a hot script writes for a whole batch) gives text that
+    reads back as the very number, a lease's half millisecond included."""
+    mismatched = await run_lua(
+        redis_client,
+        """
+        local mismatched = {}
+        for _, score in ipairs({1764345600123, 1764345600122.5, 0.1, -2.5, 2^53 + 2, 1e300}) do
+          local text = score_argument(score)
+          -- Lua reads text with strtod, as ZADD does.
+          if tonumber(text) ~= score or string.find(text, '[^%d.e+-]') then
+            mismatched[#mismatched + 1] = text
+          end
+        end
+        return mismatched
+        """,
+    )
+    assert mismatched == []
+
+
 FIRST_ATTEMPT_CASES = [
     FRESH,
     '{"p":"{}","v":7,"context":{"trace":"t-1"},"since":1764345600000}',
@@ -114,7 +159,9 @@ FIRST_ATTEMPT_CASES = [
 
 
 @pytest.mark.parametrize("stored", FIRST_ATTEMPT_CASES)
-@pytest.mark.parametrize("score", ["1764345600123", "123456789012345678", "0"])
+@pytest.mark.parametrize(
+    "score", ["1764345600123", "99999999999999", "123456789012345678", "0", "1764345600123.5", "-5"]
+)
 @pytest.mark.parametrize("move", ["", "41"])
 async def test_a_first_attempt_is_written_as_encoding_it_would(
     redis_client: RedisClient, stored: str, score: str, move: str

@@ -32,11 +32,11 @@ end
 -- counts). The fields the attempt adds are written after the stored text `raw` instead of
 -- encoding the whole envelope again, which nearly every dispatched event (a first attempt)
 -- would pay for. The text means what cjson.encode of the updated envelope would: JSON
--- objects are unordered, and `..` writes a number as cjson does (%.14g). nil when the
--- envelope already carries a field the attempt writes (a retry, a parked or a lapsed
--- attempt) or its serial key value changes: those are encoded whole. So is one whose text
--- holds `"id":` anywhere, read from the text because dispatch has cleared `envelope.id` by
--- then: an id the stored text carries must not stay in it (the delivery puts the id in
+-- objects are unordered, and numbers are written as cjson writes them (see number_json).
+-- nil when the envelope already carries a field the attempt writes (a retry, a parked or a
+-- lapsed attempt) or its serial key value changes: those are encoded whole. So is one whose
+-- text holds `"id":` anywhere, read from the text because dispatch has cleared `envelope.id`
+-- by then: an id the stored text carries must not stay in it (the delivery puts the id in
 -- front), and a context key named `id` merely takes the slower way.
 local function first_attempt_text(raw, envelope, serial, score, move)
   if envelope.attempt ~= nil or envelope.due_at ~= nil or envelope.moved ~= nil
@@ -45,8 +45,9 @@ local function first_attempt_text(raw, envelope, serial, score, move)
       or string.find(raw, '"id":', 1, true) then
     return nil
   end
-  local text = string.sub(raw, 1, -2) .. ',"attempt":1,"due_at":' .. score
+  local text = string.sub(raw, 1, -2) .. ',"attempt":1,"due_at":' .. number_json(score)
   if move then
+    move = number_json(move)  -- formatted once for both fields
     return text .. ',"moved":' .. move .. ',"pushed":' .. move .. '}'
   end
   return text .. '}'
@@ -119,24 +120,39 @@ local function current_deliveries(events, raws)
   return current_ids, deliveries, envelopes, unreadable
 end
 
+-- The first `"name":` in cjson's text `raw` (`key` is that text): nil when there is none,
+-- else whether it follows `{` or `,` (as every key cjson writes does) and where its value
+-- begins. A plain search: an unanchored pattern is tried at every position of the text, and
+-- on an envelope with an eight-field payload cost acknowledging four microseconds an event.
+-- Inside a string every quote is escaped, so outside one `"name":` can only be a key.
+local function find_key(raw, key)
+  local first, last = string.find(raw, key, 1, true)
+  if not first then
+    return nil
+  end
+  local before = string.byte(raw, first - 1)
+  return before == 123 or before == 44, last + 1  -- 123 is '{', 44 is ','
+end
+
 -- What acknowledging needs of stored envelope `raw` (false when missing): whether it is
 -- version `version` (text), whether an attempt of it is under way (`due_at`), and the serial
 -- key value it holds. Read from the text where that is unambiguous, as it is for nearly
--- every envelope: decoding each one cost acknowledging more than its commands did. A field
--- written by cjson at the top level reads as `"name":` after `{` or `,`; inside a string its
--- quotes are escaped, and the one nested object (context) holds only strings, so a number
--- after the colon is a top-level field. Anything else (a serial key anywhere, a `due_at`
--- that is not a number, another version text) is decoded, as before.
+-- every envelope: decoding each one cost acknowledging more than its commands did. The first
+-- key named `v` or `due_at` (find_key) is the envelope's own unless the context has one of
+-- that name, and a context holds only strings, so a number after it is the envelope's.
+-- Anything else (a serial key anywhere, a context's key first, another version text, a text
+-- cjson did not write) is decoded, as before.
 local function settled_view(raw, version)
   if not raw then
     return false
   end
-  if string.match(raw, '[{,]"v":(%d+)[,}]') == version
+  local is_key, value_at = find_key(raw, '"v":')
+  if is_key and string.match(raw, '^(%d+)[,}]', value_at) == version
       and not string.find(raw, '"serial":', 1, true) then
-    local due_at = string.match(raw, '[{,]"due_at":(.)')
-    if due_at == nil then
+    is_key, value_at = find_key(raw, '"due_at":')
+    if is_key == nil then
       return true, false, nil
-    elseif string.find(due_at, '[%-%d]') then
+    elseif is_key and string.find(raw, '^[%-%d]', value_at) then
       return true, true, nil
     end
   end

@@ -196,6 +196,24 @@ local function take_moves(counts, n)
   return redis.call('HINCRBY', counts, 'moves', n) - n + 1
 end
 
+-- A score as redis.call's argument: the text Redis itself would make of the number (%.17g,
+-- exact for every double). Redis 7.0 formats each number argument of a call on its own, a
+-- third of a microsecond apiece, so a score a hot script writes for every member of a batch
+-- (a lease's end) is formatted once, here.
+local function score_argument(score)
+  return string.format('%.17g', score)
+end
+
+-- The text cjson writes for number `n` (%.14g), for a script that writes JSON by hand: a whole
+-- number under 10^14 (every due time in milliseconds until the year 5138, every count) reads
+-- alike in %d, which costs half as much to format, on every dispatched event.
+local function number_json(n)
+  if n % 1 == 0 and n > -1e14 and n < 1e14 then
+    return string.format('%d', n)
+  end
+  return tostring(n)
+end
+
 -- The hot scripts batch their commands (one HMGET, HSET, ZADD... for a whole batch): each
 -- redis.call costs the script far more than the command itself. Lua unpacks only so many
 -- values at once (about 8000), so long argument lists go in chunks. Even, to keep pairs whole.

@@ -60,12 +60,14 @@ for _, raw in ipairs(unreadable) do
     'ready list entry is not a valid envelope', now)
 end
 local leases, started = {}, {}
+local lease_end, started_at = score_argument(now + lease), score_argument(now)
+local start_mark = '@' .. now  -- each start's member is its id and this mark
 for i, raw in ipairs(deliveries) do
-  leases[#leases + 1] = now + lease
+  leases[#leases + 1] = lease_end
   leases[#leases + 1] = ids[i]
   result[#result + 1] = raw
-  started[#started + 1] = now
-  started[#started + 1] = ids[i] .. '@' .. now
+  started[#started + 1] = started_at
+  started[#started + 1] = ids[i] .. start_mark
 end
 if #leases > 0 then
   call_chunked('ZADD', schedule, leases, 'XX')

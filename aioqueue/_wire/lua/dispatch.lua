@@ -175,12 +175,13 @@ if #due > 0 then
   -- leave gaps, which cost nothing.
   local next_move = take_moves(counts, #ids)
   local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
+  local unclaimed_end = score_argument(unclaimed_lease_end(now, lease))
   -- The envelope's next version (its text), under a lease no worker has claimed yet: written
   -- with the batch's HSET and ZADD below; returned, for the ready list.
   local function rewrite_unclaimed(id, encoded)
     rewritten[#rewritten + 1] = id
     rewritten[#rewritten + 1] = encoded
-    leases[#leases + 1] = unclaimed_lease_end(now, lease)
+    leases[#leases + 1] = unclaimed_end
     leases[#leases + 1] = id
     return encoded
   end
