@@ -52,7 +52,7 @@ class Run:
     title: str
     arguments: list[str]
     due_events: int = 0
-    """Due events enqueued (unprofiled) before the run starts."""
+    """Due events enqueued (unprofiled) before the run starts, of the run's variant."""
     process: str = ""
     """Keep only the samples of the process whose command line contains this."""
 
@@ -80,6 +80,12 @@ def runs(quick: bool) -> list[Run]:
             "drain-batch",
             f"drain: one worker's batch handler (500, 10 ms) handling {events:,} due events",
             ["drain-worker", "--events", str(events), "--variant", "batch"],
+            due_events=events,
+        ),
+        Run(
+            "drain-realistic",
+            f"drain: one worker handling {events:,} due realistic events (8 fields)",
+            ["drain-worker", "--events", str(events), "--variant", "realistic"],
             due_events=events,
         ),
         Run(
@@ -296,8 +302,12 @@ def profile_one(run: Run, url: str, server: psutil.Process, out_dir: pathlib.Pat
                 py_spy: str) -> JsonDict:  # fmt: skip
     asyncio.run(reset_server(url))
     if run.due_events:
+        # Of the run's variant, as the benchmark's drain enqueues them: the realistic drain
+        # takes realistic events.
+        arguments = run.arguments
+        variant = arguments[arguments.index("--variant") :][:2] if "--variant" in arguments else []
         options = parse_options(
-            AioqueueSystem(), ["drain", "--url", url, "--events", str(run.due_events)]
+            AioqueueSystem(), ["drain", "--url", url, "--events", str(run.due_events), *variant]
         )
         asyncio.run(enqueue_due(AioqueueSystem(), options))
     client = redis.Redis.from_url(url)
@@ -378,14 +388,19 @@ def main() -> int:
     parser.add_argument(
         "--only",
         help="comma-separated run names: enqueue, enqueue-realistic, drain, drain-batch, "
-        "drain-sync, lateness",
+        "drain-realistic, drain-sync, lateness",
     )
     parser.add_argument("--results", type=pathlib.Path, default=HERE / "results")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy", path=str(pathlib.Path(sys.executable).parent))
     if py_spy is None:
         parser.error("py-spy is not installed in this virtualenv: run benchmarks/run.sh first")
-    chosen = [run for run in runs(args.quick) if not args.only or run.name in args.only]
+    # Whole names: "drain" is part of "drain-batch", and must not run with it.
+    only = set(args.only.split(",")) if args.only else None
+    unknown = sorted((only or set()) - {run.name for run in runs(args.quick)})
+    if unknown:
+        parser.error(f"no run named {', '.join(unknown)}")
+    chosen = [run for run in runs(args.quick) if only is None or run.name in only]
     out_dir = args.results / "profiles"
     out_dir.mkdir(parents=True, exist_ok=True)
     found = []
