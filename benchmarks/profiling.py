@@ -396,11 +396,12 @@ def main() -> int:
     if py_spy is None:
         parser.error("py-spy is not installed in this virtualenv: run benchmarks/run.sh first")
     # Whole names: "drain" is part of "drain-batch", and must not run with it.
+    available = runs(args.quick)
     only = set(args.only.split(",")) if args.only else None
-    unknown = sorted((only or set()) - {run.name for run in runs(args.quick)})
+    unknown = sorted((only or set()) - {run.name for run in available})
     if unknown:
         parser.error(f"no run named {', '.join(unknown)}")
-    chosen = [run for run in runs(args.quick) if only is None or run.name in only]
+    chosen = [run for run in available if only is None or run.name in only]
     out_dir = args.results / "profiles"
     out_dir.mkdir(parents=True, exist_ok=True)
     found = []
