@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import gc
 import pathlib
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import pytest
@@ -379,6 +380,8 @@ class ScriptCall:
     script: str
     keys: list[str]
     args: list[str | int | bytes]
+    at: float = field(default_factory=time.monotonic, compare=False)
+    """When (monotonic) the call was built, which is when it was about to be sent."""
 
 
 @pytest.fixture
@@ -435,5 +438,6 @@ pytest_plugins = [
     "tests.support.spark_connect",
     "tests.support.browser",
     "tests.support.tls",
+    "tests.support.process_sharing",
     "aioqueue.pytest_plugin",
 ]
