@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from tests.support.common import PaymentCheck, Recorder, queue_key, wait_until
 from tests.support.spark_standalone import SparkStandalone, kill_executor_python_workers
 
 # Starting the cluster and two drivers takes most of it.
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(300)
 
 Builder = Callable[[], EventServiceBuilder]
 JOB = Path(__file__).resolve().parents[1] / "support" / "workers" / "spark_job.py"
@@ -39,16 +40,20 @@ async def run_job(
     workers, failing the first task midway. Returns the job's report and how many events
     were written when the kill was done."""
     written_at_kill = -1
+    job_ended = threading.Event()
 
     def kill_midway() -> None:
         """Watches and kills from a thread with a client of its own: the event loop may be
-        busy with the consumer's handlers, and a kill it delayed could land after the task."""
+        busy with the consumer's handlers, and a kill it delayed could land after the task.
+        Gives up when the job has ended, so that a job that failed shows its own error."""
         nonlocal written_at_kill
         watcher = sync_redis.Redis.from_url(redis_url)
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 180
             while int(watcher.get(SEQUENCE) or 0) < ROWS // 8:
-                assert time.monotonic() < deadline, "the job wrote nothing for two minutes"
+                if job_ended.is_set():
+                    return
+                assert time.monotonic() < deadline, "the job wrote nothing for three minutes"
                 time.sleep(0.002)
             kill_executor_python_workers()
             written_at_kill = int(watcher.get(SEQUENCE) or 0)
@@ -57,12 +62,14 @@ async def run_job(
 
     async with anyio.create_task_group() as group:
         group.start_soon(anyio.to_thread.run_sync, kill_midway)
-        result = await anyio.run_process(
-            [sys.executable, str(JOB), cluster.master_url, redis_url, scenario, str(ROWS)],
-            env=cluster.environment,
-            check=False,
-        )
-        group.cancel_scope.cancel()
+        try:
+            result = await anyio.run_process(
+                [sys.executable, str(JOB), cluster.master_url, redis_url, scenario, str(ROWS)],
+                env=cluster.environment,
+                check=False,
+            )
+        finally:
+            job_ended.set()
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     report = json.loads(result.stdout.decode().strip().splitlines()[-1])
     assert isinstance(report, dict)
