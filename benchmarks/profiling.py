@@ -51,10 +51,16 @@ class Run:
     name: str
     title: str
     arguments: list[str]
+    """The scenario and its options, the variant's aside."""
+    variant: str = ""
+    """The benchmark's event or handler variant (--variant); empty for the default."""
     due_events: int = 0
     """Due events enqueued (unprofiled) before the run starts, of the run's variant."""
     process: str = ""
     """Keep only the samples of the process whose command line contains this."""
+
+    def variant_arguments(self) -> list[str]:
+        return ["--variant", self.variant] if self.variant else []
 
 
 def runs(quick: bool) -> list[Run]:
@@ -68,7 +74,8 @@ def runs(quick: bool) -> list[Run]:
         Run(
             "enqueue-realistic",
             f"enqueue: {events:,} realistic events (8 fields) an hour ahead, 32 in flight",
-            ["enqueue", "--events", str(events), "--variant", "realistic"],
+            ["enqueue", "--events", str(events)],
+            variant="realistic",
         ),
         Run(
             "drain",
@@ -79,19 +86,22 @@ def runs(quick: bool) -> list[Run]:
         Run(
             "drain-batch",
             f"drain: one worker's batch handler (500, 10 ms) handling {events:,} due events",
-            ["drain-worker", "--events", str(events), "--variant", "batch"],
+            ["drain-worker", "--events", str(events)],
+            variant="batch",
             due_events=events,
         ),
         Run(
             "drain-realistic",
             f"drain: one worker handling {events:,} due realistic events (8 fields)",
-            ["drain-worker", "--events", str(events), "--variant", "realistic"],
+            ["drain-worker", "--events", str(events)],
+            variant="realistic",
             due_events=events,
         ),
         Run(
             "drain-sync",
             f"drain: one worker's sync (def) handler, parallelism 10, {events:,} due events",
-            ["drain-worker", "--events", str(events), "--variant", "sync_handler"],
+            ["drain-worker", "--events", str(events)],
+            variant="sync_handler",
             due_events=events,
         ),
         Run(
@@ -289,7 +299,8 @@ def record(run: Run, url: str, out: pathlib.Path, py_spy: str) -> JsonDict:
     command = [
         py_spy, "record", "--native", "--subprocesses", "--rate", str(RATE),
         "--format", "raw", "-o", str(out),
-        "--", sys.executable, str(HERE / "system_aioqueue.py"), *run.arguments, "--url", url,
+        "--", sys.executable, str(HERE / "system_aioqueue.py"), *run.arguments,
+        *run.variant_arguments(), "--url", url,
     ]  # fmt: skip
     finished = subprocess.run(command, cwd=HERE, capture_output=True, text=True, check=False)
     if finished.returncode != 0:
@@ -304,11 +315,8 @@ def profile_one(run: Run, url: str, server: psutil.Process, out_dir: pathlib.Pat
     if run.due_events:
         # Of the run's variant, as the benchmark's drain enqueues them: the realistic drain
         # takes realistic events.
-        arguments = run.arguments
-        variant = arguments[arguments.index("--variant") :][:2] if "--variant" in arguments else []
-        options = parse_options(
-            AioqueueSystem(), ["drain", "--url", url, "--events", str(run.due_events), *variant]
-        )
+        due = ["drain", "--url", url, "--events", str(run.due_events), *run.variant_arguments()]
+        options = parse_options(AioqueueSystem(), due)
         asyncio.run(enqueue_due(AioqueueSystem(), options))
     client = redis.Redis.from_url(url)
     try:
