@@ -143,6 +143,15 @@ async def flush_everything(client: RedisClient) -> None:
         await client.flushall()
 
 
+def key_on(client: RedisCluster, node: ClusterNode, name: str) -> str:
+    """A key `node` serves: `name` with the first hash tag that lands there."""
+    for salt in range(10_000):
+        key = f"{{{name}.{salt}}}"
+        if client.get_node_from_key(key) == node:
+            return key
+    raise AssertionError(f"no key of {name!r} on {node.name}")
+
+
 async def restart_empty(server: EmbeddedServer) -> None:
     """SIGKILL, then start again on the same port (in a thread, so clients go on meanwhile):
     every connection is closed by the server, and without AOF it comes back empty."""

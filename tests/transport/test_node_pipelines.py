@@ -16,7 +16,7 @@ from redis.exceptions import MovedError
 
 from aioqueue._transport.node_pipelines import NodeCommands, run_on_nodes
 from aioqueue.testing import EmbeddedCluster
-from tests.support.common import blocked_in, drop_cluster_node, wait_until
+from tests.support.common import blocked_in, drop_cluster_node, key_on, wait_until
 
 
 @pytest.fixture
@@ -43,15 +43,6 @@ async def _client(cluster: EmbeddedCluster, **options: Any) -> AsyncIterator[Red
         yield client
     finally:
         await client.aclose()
-
-
-def key_on(client: RedisCluster, node: ClusterNode, name: str) -> str:
-    """A key `node` serves: `name` with the first hash tag that lands there."""
-    for salt in range(10_000):
-        key = f"{{{name}.{salt}}}"
-        if client.get_node_from_key(key) == node:
-            return key
-    raise AssertionError(f"no key of {name!r} on {node.name}")
 
 
 async def test_every_node_gets_its_commands_and_every_command_its_reply(
