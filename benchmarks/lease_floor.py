@@ -1,20 +1,22 @@
 """What one Redis core can carry for a leased, batched delivery, by the shape of the data alone:
 the server's CPU per event of bare Lua scripts that take events in batches of 500 under a
-lease and acknowledge them, in four shapes, beside aioqueue's own batch drain on the same
+lease and acknowledge them, in five shapes, beside aioqueue's own batch drain on the same
 server.
 
     python benchmarks/lease_floor.py [--events 100000] [--repeats 3]
 
 Each shape keeps what every at-least-once queue on Redis must (a schedule sorted set, the
 events in a hash, a lease per taken event, its removal on acknowledgement) and nothing else:
-no envelope is read, checked or rewritten, and there are no counts, serial keys, rate limits
-or pauses. So a shape's figure is a floor, not a design: what is left for everything else
+no envelope is decoded, checked or rewritten, and there are no counts, serial keys, rate
+limits or pauses. So a shape's figure is a floor, not a design: what is left for everything else
 once the shape is paid for. The shapes:
 
 - ready list: a dispatch script moves due ids to a list under a lease, a claim script pops
   them, reads their envelopes and moves their leases (aioqueue's shape today);
 - ready list, attempts in a hash: the same, with each attempt counted in a hash beside the
   events (HMGET and HSET), as a retry limit needs;
+- ready list of whole envelopes: the first shape, with each envelope (its id in front) pushed
+  as the delivery and compared with the stored one when claimed, as aioqueue's are;
 - schedule: one script takes due ids straight from the schedule, reads their envelopes and
   writes their leases, with no list between;
 - schedule, attempts in the score: the same, with the attempt count kept in the lease score's
@@ -66,16 +68,37 @@ if KEYS[4] then
   end
   redis.call('HSET', KEYS[4], unpack(attempts))
 end
-redis.call('RPUSH', KEYS[3], unpack(due))
+if ARGV[4] == 'envelopes' then
+  -- each delivery is its envelope with its id in front, as aioqueue pushes them
+  local stored = redis.call('HMGET', KEYS[2], unpack(due))
+  local deliveries = {}
+  for i, id in ipairs(due) do
+    deliveries[i] = '{"id":"' .. id .. '",' .. string.sub(stored[i], 2)
+  end
+  redis.call('RPUSH', KEYS[3], unpack(deliveries))
+else
+  redis.call('RPUSH', KEYS[3], unpack(due))
+end
 return #due
 """
 
 # Returns the envelopes, then their ids.
 CLAIM_FROM_READY_LIST = """
 local now, lease = tonumber(ARGV[1]), tonumber(ARGV[3])
-local ids = redis.call('LPOP', KEYS[3], tonumber(ARGV[2]))
-if not ids then return {} end
+local popped = redis.call('LPOP', KEYS[3], tonumber(ARGV[2]))
+if not popped then return {} end
+local ids = popped
+if ARGV[4] == 'envelopes' then
+  -- a delivery is handed out only while it is still the stored envelope
+  ids = {}
+  for i, delivery in ipairs(popped) do ids[i] = string.match(delivery, '^{"id":"([^"]*)",') end
+end
 local taken = redis.call('HMGET', KEYS[2], unpack(ids))
+if ARGV[4] == 'envelopes' then
+  for i, id in ipairs(ids) do
+    if '{"id":"' .. id .. '",' .. string.sub(taken[i], 2) ~= popped[i] then taken[i] = false end
+  end
+end
 local leases = {}
 for _, id in ipairs(ids) do leases[#leases + 1] = now + lease; leases[#leases + 1] = id end
 redis.call('ZADD', KEYS[1], 'XX', unpack(leases))
@@ -118,12 +141,15 @@ return #ARGV
 class Shape:
     name: str
     through_ready_list: bool
-    attempts: str  # "", "hash" or "score"
+    # "", "hash" or "score": where attempts are counted; "envelopes": none are, and the
+    # ready list holds each envelope with its id rather than the id alone
+    attempts: str
 
 
 SHAPES = (
     Shape("ready list", through_ready_list=True, attempts=""),
     Shape("ready list, attempts in a hash", through_ready_list=True, attempts="hash"),
+    Shape("ready list of whole envelopes", through_ready_list=True, attempts="envelopes"),
     Shape("schedule", through_ready_list=False, attempts=""),
     Shape("schedule, attempts in the score", through_ready_list=False, attempts="score"),
 )
