@@ -41,6 +41,7 @@ from pathlib import Path
 
 import redis.asyncio
 from common import parse_result
+from report import server_name
 from server_cpu import cpu_figures, read_server_cpu
 
 from aioqueue.testing import EmbeddedServer
@@ -238,11 +239,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 async def server_version(url: str) -> str:
     client = redis.asyncio.Redis.from_url(url)
     try:
-        info = await client.info("server")
+        return server_name(await client.info("server"))
     finally:
         await client.aclose()
-    name = "valkey" if "valkey_version" in info else "redis"
-    return f"{name} {info.get('valkey_version', info['redis_version'])}"
 
 
 if __name__ == "__main__":
