@@ -3,7 +3,7 @@ the server's CPU per event of bare Lua scripts that take events in batches of 50
 lease and acknowledge them, in five shapes, beside aioqueue's own batch drain on the same
 server.
 
-    python benchmarks/lease_floor.py [--events 100000] [--repeats 3]
+    python benchmarks/lease_floor.py [--events 20000] [--repeats 5]
 
 Each shape keeps what every at-least-once queue on Redis must (a schedule sorted set, the
 events in a hash, a lease per taken event, its removal on acknowledgement) and nothing else:
@@ -12,7 +12,7 @@ limits or pauses. So a shape's figure is a floor, not a design: what is left for
 once the shape is paid for. The shapes:
 
 - ready list: a dispatch script moves due ids to a list under a lease, a claim script pops
-  them, reads their envelopes and moves their leases (aioqueue's shape today);
+  them, reads their envelopes and moves their leases;
 - ready list, attempts in a hash: the same, with each attempt counted in a hash beside the
   events (HMGET and HSET), as a retry limit needs;
 - ready list of whole envelopes: the first shape, with each envelope (its id in front) pushed
@@ -37,6 +37,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 import redis.asyncio
@@ -52,7 +53,8 @@ LEASE_MS = 60_000
 ENVELOPE = '{"p":"{\\"index\\":%d}","v":%d}'
 KEYS = ["{floor}:schedule", "{floor}:events", "{floor}:ready", "{floor}:attempts"]
 
-# KEYS schedule, events, ready[, attempts]; ARGV now ms, batch size, lease ms.
+# KEYS schedule, events, ready[, attempts: each attempt counted there]; ARGV now ms, batch
+# size, lease ms, where attempts are counted (see Shape), and 'envelopes' to push whole ones.
 DISPATCH_TO_READY_LIST = """
 local now, lease = tonumber(ARGV[1]), tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
@@ -69,7 +71,7 @@ if KEYS[4] then
   end
   redis.call('HSET', KEYS[4], unpack(attempts))
 end
-if ARGV[4] == 'envelopes' then
+if ARGV[5] == 'envelopes' then
   -- each delivery is its envelope with its id in front, as aioqueue pushes them
   local stored = redis.call('HMGET', KEYS[2], unpack(due))
   local deliveries = {}
@@ -83,19 +85,19 @@ end
 return #due
 """
 
-# Returns the envelopes, then their ids.
+# The same KEYS and ARGV. Returns the envelopes, then their ids.
 CLAIM_FROM_READY_LIST = """
 local now, lease = tonumber(ARGV[1]), tonumber(ARGV[3])
 local popped = redis.call('LPOP', KEYS[3], tonumber(ARGV[2]))
 if not popped then return {} end
 local ids = popped
-if ARGV[4] == 'envelopes' then
+if ARGV[5] == 'envelopes' then
   -- a delivery is handed out only while it is still the stored envelope
   ids = {}
   for i, delivery in ipairs(popped) do ids[i] = string.match(delivery, '^{"id":"([^"]*)",') end
 end
 local taken = redis.call('HMGET', KEYS[2], unpack(ids))
-if ARGV[4] == 'envelopes' then
+if ARGV[5] == 'envelopes' then
   for i, id in ipairs(ids) do
     if '{"id":"' .. id .. '",' .. string.sub(taken[i], 2) ~= popped[i] then taken[i] = false end
   end
@@ -107,6 +109,7 @@ for _, id in ipairs(ids) do taken[#taken + 1] = id end
 return taken
 """
 
+# The same KEYS (no ready list used) and ARGV.
 TAKE_FROM_SCHEDULE = """
 local now, lease = tonumber(ARGV[1]), tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
@@ -138,22 +141,42 @@ return #ARGV
 """
 
 
+class Attempts(str, Enum):
+    """Where a shape counts attempts (the scripts' fourth argument)."""
+
+    UNCOUNTED = ""
+    IN_A_HASH = "hash"  # a hash beside the events: the ready-list shapes only
+    IN_THE_SCORE = "score"  # the lease score's fraction: the schedule shapes only
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
     through_ready_list: bool
-    # "", "hash" or "score": where attempts are counted; "envelopes": none are, and the
-    # ready list holds each envelope with its id rather than the id alone
-    attempts: str
+    attempts: Attempts = Attempts.UNCOUNTED
+    whole_envelopes: bool = False
+    """The ready list holds each envelope with its id in front, rather than the id alone."""
+
+    def keys(self) -> list[str]:
+        return KEYS if self.attempts is Attempts.IN_A_HASH else KEYS[:3]
+
+    def arguments(self, now: int) -> list[str | int]:
+        envelopes = "envelopes" if self.whole_envelopes else ""
+        return [now, BATCH, LEASE_MS, self.attempts.value, envelopes]
 
 
 SHAPES = (
-    Shape("ready list", through_ready_list=True, attempts=""),
-    Shape("ready list, attempts in a hash", through_ready_list=True, attempts="hash"),
-    Shape("ready list of whole envelopes", through_ready_list=True, attempts="envelopes"),
-    Shape("schedule", through_ready_list=False, attempts=""),
-    Shape("schedule, attempts in the score", through_ready_list=False, attempts="score"),
+    Shape("ready list", through_ready_list=True),
+    Shape("ready list, attempts in a hash", through_ready_list=True, attempts=Attempts.IN_A_HASH),
+    Shape("ready list of whole envelopes", through_ready_list=True, whole_envelopes=True),
+    Shape("schedule", through_ready_list=False),
+    Shape(
+        "schedule, attempts in the score",
+        through_ready_list=False,
+        attempts=Attempts.IN_THE_SCORE,
+    ),
 )
+AIOQUEUE = "aioqueue's batch drain"
 
 
 async def fill(client: redis.asyncio.Redis, events: int) -> None:
@@ -172,13 +195,13 @@ async def drain(url: str, shape: Shape, events: int) -> float:
     client = redis.asyncio.Redis.from_url(url)
     try:
         await fill(client, events)
-        keys = KEYS if shape.attempts == "hash" else KEYS[:3]
+        keys = shape.keys()
         dispatch = client.register_script(DISPATCH_TO_READY_LIST)
         claim = client.register_script(CLAIM_FROM_READY_LIST)
         take = client.register_script(TAKE_FROM_SCHEDULE)
         acknowledge = client.register_script(ACKNOWLEDGE)
         now = 1000  # every event is due at 1, and no lease runs out before the drain ends
-        arguments = [now, BATCH, LEASE_MS, shape.attempts]
+        arguments = shape.arguments(now)
         seen: set[bytes] = set()
         start = await read_server_cpu([url])
         while len(seen) < events:
@@ -221,17 +244,16 @@ def report(results: dict[str, list[float]], server: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--events", type=int, default=20_000, help="as the benchmark's drain")
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     results: dict[str, list[float]] = {shape.name: [] for shape in SHAPES}
-    results["aioqueue's batch drain"] = []
+    results[AIOQUEUE] = []
     with EmbeddedServer() as server:
         for _ in range(args.repeats):
             for shape in SHAPES:
                 results[shape.name].append(asyncio.run(drain(server.url, shape, args.events)))
-            figure = aioqueue_batch_drain(server.url, args.events)
-            results["aioqueue's batch drain"].append(figure)
+            results[AIOQUEUE].append(aioqueue_batch_drain(server.url, args.events))
         version = asyncio.run(server_version(server.url))
     report(results, version)
 
