@@ -19,7 +19,7 @@ from redis.asyncio.connection import AbstractConnection
 
 from aioqueue import ConfigurationError, Event, EventService, EventServiceBuilder
 from aioqueue._transport.call_gate import CONNECTIONS_NEEDED
-from aioqueue._transport.client import RedisClient
+from aioqueue._transport.client import RedisClient, client_from_url
 from aioqueue._wire.keys import QueueKeys
 from tests.support.common import EVERY_TOPOLOGY, PaymentCheck, Recorder, wait_until
 
@@ -174,11 +174,7 @@ async def test_a_producer_enqueuing_a_thousand_types_at_once_succeeds(
 async def test_a_client_whose_pool_has_no_room_for_a_service_is_refused(redis_url: str) -> None:
     """A client passed in with max_connections below what a service holds fails at build,
     with the number needed; one with exactly that many works."""
-    small: RedisClient
-    if "+cluster" in redis_url:
-        small = RedisCluster.from_url(redis_url.replace("+cluster", ""), max_connections=5)
-    else:
-        small = redis.Redis.from_url(redis_url, max_connections=5)
+    small = client_from_url(redis_url, max_connections=5)
     try:
         with pytest.raises(ConfigurationError, match=rf"at least {CONNECTIONS_NEEDED}\b"):
             EventService.builder().client(small).build()

@@ -128,23 +128,24 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     assert flow["key_overlaps"] == 0
     assert flow["keyed_calls"] >= EVENTS // 10
     if "--replicas" in topology or "--sentinel" in topology:
-        check_durable_enqueues(report["durable"])
+        check_durable_enqueues(report["durable"], result.stdout)
     else:
         assert report["durable"] is None
 
 
-def check_durable_enqueues(durable: dict[str, Any]) -> None:
+def check_durable_enqueues(durable: dict[str, Any], summary: str) -> None:
     """Enqueues with durability(replicas=1), from a service and from a SyncProducer, went on
     from the window's opening to its end, so some returned before the failover and some
-    after; whatever returned was delivered."""
+    after; whatever returned was delivered. A failure shows the run's whole summary: the
+    counts of tries refused and failed tell why none returned."""
     before, _, after = durable["acknowledged_by_crash"]
-    assert before > 0
-    assert after > 0
-    assert durable["acknowledged_by_sync_producer"] > 0  # blocking code's producer too
-    assert durable["lost"] == 0
-    assert durable["delivered"] == durable["acknowledged"]
-    assert durable["invented"] == 0
-    assert durable["given_up"] == 0
+    assert before > 0, summary
+    assert after > 0, summary
+    assert durable["acknowledged_by_sync_producer"] > 0, summary  # blocking code's too
+    assert durable["lost"] == 0, summary
+    assert durable["delivered"] == durable["acknowledged"], summary
+    assert durable["invented"] == 0, summary
+    assert durable["given_up"] == 0, summary
 
 
 def test_the_lease_counter_tells_every_call_of_the_latest_return(
