@@ -301,7 +301,18 @@ def late_after_kills(
                 late += after_kill_ms > bound_ms
     latest_calls = []
     if latest_kill_ms is not None:
+        previous_attempt = None
         for call in sorted(by_event[latest_event], key=lambda call: call.handled_ms):
+            if previous_attempt is not None and call.attempt > previous_attempt + 1:
+                # Counted and spent, yet no handler began it: a worker claimed it and was
+                # killed before its handler began (workers log calls, not claims), or a
+                # failover lost the write of its claim. Its lease came between.
+                skipped = ", ".join(map(str, range(previous_attempt + 1, call.attempt)))
+                latest_calls.append(
+                    f"{latest_event} attempt {skipped}: no handler call (claimed by a worker "
+                    "stopped before its handler began, or its claim lost in a failover)"
+                )
+            previous_attempt = call.attempt
             own_kill = kills_ms.get(call.worker)
             killed = (
                 ""

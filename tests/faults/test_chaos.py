@@ -175,3 +175,28 @@ def test_the_lease_counter_tells_every_call_of_the_latest_return(
         "e-1 attempt 2 on w2: began -500 ms, due -1,100 ms, its worker killed +0 ms",
         "e-1 attempt 3 on w3: began +3,000 ms, due +2,200 ms",
     ]
+
+
+def test_the_lease_counter_names_an_attempt_that_no_handler_began(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Workers log handler calls, not claims: an attempt claimed by a worker killed before
+    its handler began shows only as a gap in the attempts, which the report names, since
+    that attempt's lease comes between the kill and the next call's due time."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    chaos = importlib.import_module("chaos")  # a script of benchmarks/, not a package
+    Call, late_after_kills = chaos.Call, chaos.late_after_kills
+
+    calls = [
+        Call("e-1", 0, 100.0, 1, 0, "w1"),
+        Call("e-1", 0, 5_900.0, 3, 3_700, "w2"),
+    ]
+    killed = late_after_kills(calls, {"w1": 1_000.0}, lease_ms=1_000)
+
+    assert (killed.came_back, killed.late) == (1, 1)
+    assert killed.latest_calls == [
+        "e-1 attempt 1 on w1: began -900 ms, due -1,000 ms, its worker killed +0 ms",
+        "e-1 attempt 2: no handler call (claimed by a worker stopped before its handler "
+        "began, or its claim lost in a failover)",
+        "e-1 attempt 3 on w2: began +4,900 ms, due +2,700 ms",
+    ]
