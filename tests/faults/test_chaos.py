@@ -22,6 +22,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -148,14 +149,17 @@ def check_durable_enqueues(durable: dict[str, Any], summary: str) -> None:
     assert durable["given_up"] == 0, summary
 
 
-def test_the_lease_counter_tells_every_call_of_the_latest_return(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def chaos_script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """benchmarks/chaos.py, whose lease counter these tests check: a script, not a package."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    return importlib.import_module("chaos")
+
+
+def test_the_lease_counter_tells_every_call_of_the_latest_return(chaos_script: ModuleType) -> None:
     """A late return must be diagnosable from the report alone: the latest one's calls,
     each timed from the kill of the worker it came back from, with any other kill."""
-    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
-    chaos = importlib.import_module("chaos")  # a script of benchmarks/, not a package
-    Call, late_after_kills = chaos.Call, chaos.late_after_kills
+    Call, late_after_kills = chaos_script.Call, chaos_script.late_after_kills
 
     calls = [
         Call("e-1", 0, 100.0, 1, 0, "w1"),
@@ -177,15 +181,11 @@ def test_the_lease_counter_tells_every_call_of_the_latest_return(
     ]
 
 
-def test_the_lease_counter_names_an_attempt_that_no_handler_began(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_lease_counter_names_an_attempt_that_no_handler_began(chaos_script: ModuleType) -> None:
     """Workers log handler calls, not claims: an attempt claimed by a worker killed before
     its handler began shows only as a gap in the attempts, which the report names, since
     that attempt's lease comes between the kill and the next call's due time."""
-    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
-    chaos = importlib.import_module("chaos")  # a script of benchmarks/, not a package
-    Call, late_after_kills = chaos.Call, chaos.late_after_kills
+    Call, late_after_kills = chaos_script.Call, chaos_script.late_after_kills
 
     calls = [
         Call("e-1", 0, 100.0, 1, 0, "w1"),
