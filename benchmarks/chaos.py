@@ -256,6 +256,9 @@ class KilledWorkersEvents(NamedTuple):
 
     came_back: int
     late: int
+    untimed: int
+    """Of those that came back, the events whose next attempt no handler began (see
+    late_after_kills): not judged against the bound."""
     latest_after_kill_ms: float
     """The latest next attempt's due time after its worker's kill (0 when none came back)."""
     latest_kill_ms: float | None
@@ -274,13 +277,17 @@ def late_after_kills(
     late one can be placed against a server crash).
 
     A killed worker's events must be due again within one lease, whatever the handler
-    timeout. The bound adds a second lease, for a renewal the worker sent just before it
-    died that a busy server ran after the kill (its lease then starts later), and the
-    scheduling interval."""
+    timeout, as their next attempt. The bound adds a second lease, for a renewal the worker
+    sent just before it died that a busy server ran after the kill (its lease then starts
+    later), and the scheduling interval. Workers log handler calls, not claims, so a next
+    attempt that no handler began (claimed by another worker killed before its handler
+    began, or whose claim's reply a cut connection lost) leaves no due time to judge: the
+    attempt handled after it was due when that claim's lease ended, which says when the
+    claim came, not when the kill's lease ended. Such events are counted as untimed."""
     by_event: dict[str, list[Call]] = {}
     for call in calls:
         by_event.setdefault(call.event_id, []).append(call)
-    came_back = late = 0
+    came_back = late = untimed = 0
     latest_ms = 0.0
     latest_kill_ms: float | None = None
     latest_event = ""
@@ -295,6 +302,9 @@ def late_after_kills(
             ]
             if later:
                 came_back += 1
+                if min(call.attempt for call in later) > last.attempt + 1:
+                    untimed += 1
+                    continue
                 after_kill_ms = min(c.delivery_due_ms for c in later) - killed_ms
                 if latest_kill_ms is None or after_kill_ms > latest_ms:
                     latest_ms, latest_kill_ms, latest_event = after_kill_ms, killed_ms, event_id
@@ -305,12 +315,13 @@ def late_after_kills(
         for call in sorted(by_event[latest_event], key=lambda call: call.handled_ms):
             if previous_attempt is not None and call.attempt > previous_attempt + 1:
                 # Counted and spent, yet no handler began it: a worker claimed it and was
-                # killed before its handler began (workers log calls, not claims), or a
-                # failover lost the write of its claim. Its lease came between.
+                # killed before its handler began (workers log calls, not claims), or the
+                # claim's reply was lost with a cut connection or a failover. Its lease
+                # came between.
                 skipped = ", ".join(map(str, range(previous_attempt + 1, call.attempt)))
                 latest_calls.append(
                     f"{latest_event} attempt {skipped}: no handler call (claimed by a worker "
-                    "stopped before its handler began, or its claim lost in a failover)"
+                    "stopped before its handler began, or whose claim's reply was lost)"
                 )
             previous_attempt = call.attempt
             own_kill = kills_ms.get(call.worker)
@@ -324,7 +335,7 @@ def late_after_kills(
                 f"{call.handled_ms - latest_kill_ms:+,.0f} ms, due "
                 f"{call.delivery_due_ms - latest_kill_ms:+,.0f} ms{killed}"
             )
-    return KilledWorkersEvents(came_back, late, latest_ms, latest_kill_ms, latest_calls)
+    return KilledWorkersEvents(came_back, late, untimed, latest_ms, latest_kill_ms, latest_calls)
 
 
 async def drive(args: argparse.Namespace) -> Report:
@@ -477,6 +488,7 @@ async def drive(args: argparse.Namespace) -> Report:
         dead_unhandled=len(dead_ids - handed_out),
         back_after_kill=killed.came_back,
         late_after_kill=killed.late,
+        untimed_after_kill=killed.untimed,
         latest_after_kill_ms=killed.latest_after_kill_ms,
         latest_kill_after_crash_ms=None
         if killed.latest_kill_ms is None or not chaos.server_restarts

@@ -69,6 +69,10 @@ class Report:
     late_after_kill: int
     """Of those, the events whose next attempt was due later than two leases plus the
     scheduling interval after the kill (the lease protocol: must be 0)."""
+    untimed_after_kill: int
+    """Of those, the events whose next attempt no handler began, so that its due time is
+    unknown: claimed by a worker stopped before its handler began, or whose claim's reply a
+    cut connection lost (see late_after_kills in chaos.py)."""
     latest_after_kill_ms: float
     """The latest of those next attempts' due times after their kill."""
     latest_kill_after_crash_ms: float | None
@@ -204,7 +208,8 @@ def print_report(report: Report) -> None:
     print(
         f"  leases:      {report.back_after_kill} events of killed workers came back, "
         f"due at most {report.latest_after_kill_ms:,.0f} ms after the kill{that_kill}, "
-        f"{report.late_after_kill} later than two leases plus the scheduling interval"
+        f"{report.late_after_kill} later than two leases plus the scheduling interval, "
+        f"{report.untimed_after_kill} untimed (their next attempt began no handler)"
     )
     if report.late_after_kill:
         for line in report.latest_after_kill_calls:

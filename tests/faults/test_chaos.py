@@ -181,22 +181,30 @@ def test_the_lease_counter_tells_every_call_of_the_latest_return(chaos_script: M
     ]
 
 
-def test_the_lease_counter_names_an_attempt_that_no_handler_began(chaos_script: ModuleType) -> None:
-    """Workers log handler calls, not claims: an attempt claimed by a worker killed before
-    its handler began shows only as a gap in the attempts, which the report names, since
-    that attempt's lease comes between the kill and the next call's due time."""
+def test_the_lease_counter_leaves_untimed_a_next_attempt_that_no_handler_began(
+    chaos_script: ModuleType,
+) -> None:
+    """Workers log handler calls, not claims: a next attempt claimed by a worker stopped
+    before its handler began shows only as a gap in the attempts, and the attempt after it
+    was due when that claim's lease ended. Such a return is counted as untimed, not late;
+    a gap later in a judged event's history is named in its diagnosis."""
     Call, late_after_kills = chaos_script.Call, chaos_script.late_after_kills
 
     calls = [
         Call("e-1", 0, 100.0, 1, 0, "w1"),
-        Call("e-1", 0, 5_900.0, 3, 3_700, "w2"),
+        Call("e-1", 0, 5_900.0, 3, 3_700, "w2"),  # attempt 2 began no handler
+        Call("e-2", 0, 200.0, 1, 0, "w1"),
+        Call("e-2", 0, 3_500.0, 2, 3_300, "w3"),  # due 2,300 ms after the kill: late
+        Call("e-2", 0, 9_000.0, 4, 8_000, "w3"),  # attempt 3 began no handler
     ]
     killed = late_after_kills(calls, {"w1": 1_000.0}, lease_ms=1_000)
 
-    assert (killed.came_back, killed.late) == (1, 1)
+    assert (killed.came_back, killed.late, killed.untimed) == (2, 1, 1)
+    assert (killed.latest_after_kill_ms, killed.latest_kill_ms) == (2_300, 1_000.0)
     assert killed.latest_calls == [
-        "e-1 attempt 1 on w1: began -900 ms, due -1,000 ms, its worker killed +0 ms",
-        "e-1 attempt 2: no handler call (claimed by a worker stopped before its handler "
-        "began, or its claim lost in a failover)",
-        "e-1 attempt 3 on w2: began +4,900 ms, due +2,700 ms",
+        "e-2 attempt 1 on w1: began -800 ms, due -1,000 ms, its worker killed +0 ms",
+        "e-2 attempt 2 on w3: began +2,500 ms, due +2,300 ms",
+        "e-2 attempt 3: no handler call (claimed by a worker stopped before its handler "
+        "began, or whose claim's reply was lost)",
+        "e-2 attempt 4 on w3: began +8,000 ms, due +7,000 ms",
     ]
