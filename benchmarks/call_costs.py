@@ -64,23 +64,30 @@ async def script_usec(
     return usec / calls
 
 
-async def fill(url: str, store: QueueStore, config: ServiceConfig, events: int) -> None:
-    """`events` due events of the benchmark's type, dispatched to its ready list."""
+async def load(url: str, store: QueueStore, events: int) -> None:
+    """Only `events` due events of the benchmark's type on the server."""
     await store.client.flushall()
     await AioqueueSystem().load_backlog(url, events, 0)
-    await store.dispatch(
-        batch_size=events,
+
+
+async def dispatch(store: QueueStore, config: ServiceConfig, size: int, capacity: int) -> int:
+    """One dispatch of up to `size` due events, as the service's settings make it; how many
+    it moved."""
+    result = await store.dispatch(
+        batch_size=size,
         lease_ms=config.lease_ms,
         max_attempts=config.retry_attempts,
-        ready_capacity=events,
+        ready_capacity=capacity,
     )
+    return result.dispatched
 
 
 async def claims(
     url: str, store: QueueStore, config: ServiceConfig, size: int, calls: int
 ) -> float:
     """µs per call of claims of `size` deliveries, each acknowledging the one before."""
-    await fill(url, store, config, size * calls)
+    await load(url, store, size * calls)
+    await dispatch(store, config, size * calls, size * calls)
     previous: list[Envelope] = []
 
     async def claim() -> None:
@@ -97,20 +104,14 @@ async def dispatches(
     url: str, store: QueueStore, config: ServiceConfig, size: int, calls: int
 ) -> float:
     """µs per call of dispatches of `size` due events to the ready list."""
-    await store.client.flushall()
-    await AioqueueSystem().load_backlog(url, size * calls, 0)
+    await load(url, store, size * calls)
 
-    async def dispatch() -> None:
-        result = await store.dispatch(
-            batch_size=size,
-            lease_ms=config.lease_ms,
-            max_attempts=config.retry_attempts,
-            ready_capacity=size * calls,
-        )
-        if result.dispatched != size:
-            raise RuntimeError(f"a dispatch of {size} moved {result.dispatched}")
+    async def dispatch_size() -> None:
+        moved = await dispatch(store, config, size, size * calls)
+        if moved != size:
+            raise RuntimeError(f"a dispatch of {size} moved {moved}")
 
-    return await script_usec(store.client, calls, dispatch)
+    return await script_usec(store.client, calls, dispatch_size)
 
 
 async def measure(url: str, calls: int) -> None:
@@ -119,11 +120,7 @@ async def measure(url: str, calls: int) -> None:
         config = EventService.builder().client(client).build().config
         store = QueueStore(client, _queue_keys(client), event_type_name(BenchEvent))
         await client.function_load(NOTHING, replace=True)
-        k = store.keys  # claim's keys, as QueueStore.claim passes them
-        keys = [
-            k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused,
-            k.rate, k.starts, *k.settling,
-        ]  # fmt: skip
+        keys = store.claim_keys()
         print(f"server µs per script call on {server_name(await client.info())}:")
 
         def row(name: str, per_call: float, size: int | None = None) -> None:
@@ -142,17 +139,8 @@ async def measure(url: str, calls: int) -> None:
             "claim, nothing in the ready list",
             await script_usec(client, calls, lambda: store.claim(1, lease_ms=config.lease_ms)),
         )
-        nothing_due = await script_usec(
-            client,
-            calls,
-            lambda: store.dispatch(
-                batch_size=100,
-                lease_ms=config.lease_ms,
-                max_attempts=config.retry_attempts,
-                ready_capacity=10_000,
-            ),
-        )
-        row("dispatch, nothing due", nothing_due)
+        nothing_due = functools.partial(dispatch, store, config, 100, 10_000)
+        row("dispatch, nothing due", await script_usec(client, calls, nothing_due))
         for size in SIZES:
             per_call = await claims(url, store, config, size, max(20, calls // size))
             row(f"claim of {size}, acknowledging {size}", per_call, size)

@@ -181,15 +181,10 @@ class QueueStore:
     ) -> Claimed:
         """Acknowledges the `acknowledge` deliveries, then pops up to `count` current envelopes
         from the ready list (never blocks), in one atomic call."""
-        k = self.keys
-        keys = [
-            k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused,
-            k.rate, k.starts, *self.keys.settling,
-        ]  # fmt: skip
         args: list[str | int | bytes] = [count, lease_ms]
         if acknowledge:
             args.append(orjson.dumps(_versions(acknowledge)))
-        reply = await CLAIM.run(self.client, keys, args)
+        reply = await CLAIM.run(self.client, self.claim_keys(), args)
         if int(reply[1]) == -1:  # paused: the third value is the ready list's length
             return Claimed(int(reply[0]), int(reply[2]), [], paused=True)
         if int(reply[1]) == -2:  # the rate limit's window is full until the fourth value
@@ -197,6 +192,14 @@ class QueueStore:
         return Claimed(
             server_now_ms=int(reply[0]), ready_left=int(reply[1]), envelopes=list(reply[2:])
         )
+
+    def claim_keys(self) -> list[str]:
+        """The keys of claim.lua for this queue."""
+        k = self.keys
+        return [
+            k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused,
+            k.rate, k.starts, *k.settling,
+        ]  # fmt: skip
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""
