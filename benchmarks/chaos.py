@@ -44,8 +44,11 @@ lease protocol: events dead-lettered without any handler call, and events a kill
 had begun whose next attempt was due later than two leases (`--lease`, 1 s: one, and one
 for a renewal sent just before the kill that the server ran after it) plus the scheduling
 interval after the kill; give `--handler-timeout` above that bound, so that an event
-returned by its handler timeout instead would count. The exit status is 1 if anything was
-invented or wrongly dead, either lease counter is not 0, or, with AOF on or replicas,
+returned by its handler timeout instead would count. A third counts the attempts spent with
+no handler call that no kill and no server crash explains (chaos_leases.py): a claim whose
+reply a cut lost must hand out what it took when sent again. `--cuts-only` leaves out the
+kills and the crash, so that every such attempt is unexplained. The exit status is 1 if anything was
+invented or wrongly dead, a lease counter is not 0, or, with AOF on or replicas,
 something was lost, left pending or a tick missing, or, with replicas, a durable enqueue's
 event lost, invented or given up.
 The worker processes are driven by chaos_pool.py, the options are in chaos_args.py.
@@ -67,7 +70,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import NamedTuple
 
 import anyio
 import redis.asyncio as redis
@@ -82,6 +84,7 @@ from chaos_flow import (
     plan_flow_events,
     rate_limit_for,
 )
+from chaos_leases import late_after_kills, read_deliveries, unbegun_attempts
 from chaos_pool import WORKER_READY_TIMEOUT, WorkerPool
 from chaos_report import (
     SLICES,
@@ -95,7 +98,6 @@ from chaos_topology import Target, cluster, sentinel_group, single_server
 from chaos_worker import (
     EVENT_TYPE,
     PREFIX,
-    SCHEDULING_INTERVAL,
     TICK_PREFIX,
     TICK_SECONDS,
     ChaosEvent,
@@ -211,133 +213,6 @@ async def wait_drained(
     return False
 
 
-class Call(NamedTuple):
-    """One recorded handler call."""
-
-    event_id: str
-    due_ms: int
-    """When the event was due (the time it carries)."""
-    handled_ms: float
-    """When its handler began (epoch ms)."""
-    attempt: int
-    delivery_due_ms: int
-    """When this attempt was due (current_delivery().due_at): for an attempt after a lost
-    one, when that one's lease ended."""
-    worker: str
-    """The worker process that made the call (see WorkerPool)."""
-
-
-def read_deliveries(logs: Path) -> tuple[list[Call], int]:
-    """Every recorded handler call, and the torn lines skipped."""
-    calls: list[Call] = []
-    torn = 0
-    for path in sorted(logs.glob("*.deliveries")):
-        for line in path.read_text().splitlines():
-            parts = line.split("\t")
-            if len(parts) != 5:
-                torn += 1
-                continue
-            event_id, due_ms, handled_ms, attempt, delivery_due_ms = parts
-            calls.append(
-                Call(
-                    event_id,
-                    int(due_ms),
-                    float(handled_ms),
-                    int(attempt),
-                    int(delivery_due_ms),
-                    path.stem,
-                )
-            )
-    return calls, torn
-
-
-class KilledWorkersEvents(NamedTuple):
-    """What became of the events killed workers had begun (see late_after_kills)."""
-
-    came_back: int
-    late: int
-    untimed: int
-    """Of those that came back, the events whose next attempt no handler began (see
-    late_after_kills): not judged against the bound."""
-    latest_after_kill_ms: float
-    """The latest next attempt's due time after its worker's kill (0 when none came back)."""
-    latest_kill_ms: float | None
-    """When the worker of that latest one was killed (epoch ms; None when none came back)."""
-    latest_calls: list[str]
-    """Every handler call of that latest one, timed from that kill, with its worker's own
-    kill when that worker was killed too: what a late return is diagnosed from."""
-
-
-def late_after_kills(
-    calls: Sequence[Call], kills_ms: dict[str, float], lease_ms: float
-) -> KilledWorkersEvents:
-    """Of the events a killed worker had begun and that another attempt handled after the
-    kill: how many, how many of those next attempts were due later than the bound after the
-    kill, and the latest one's due time after its kill, with that kill's time (so that a
-    late one can be placed against a server crash).
-
-    A killed worker's events must be due again within one lease, whatever the handler
-    timeout, as their next attempt. The bound adds a second lease, for a renewal the worker
-    sent just before it died that a busy server ran after the kill (its lease then starts
-    later), and the scheduling interval. Workers log handler calls, not claims, so a next
-    attempt that no handler began (claimed by another worker killed before its handler
-    began, or whose claim's reply a cut connection lost) leaves no due time to judge: the
-    attempt handled after it was due when that claim's lease ended, which says when the
-    claim came, not when the kill's lease ended. Such events are counted as untimed."""
-    by_event: dict[str, list[Call]] = {}
-    for call in calls:
-        by_event.setdefault(call.event_id, []).append(call)
-    came_back = late = untimed = 0
-    latest_ms = 0.0
-    latest_kill_ms: float | None = None
-    latest_event = ""
-    bound_ms = 2 * lease_ms + SCHEDULING_INTERVAL * 1000
-    for worker, killed_ms in kills_ms.items():
-        begun = {call.event_id: call for call in calls if call.worker == worker}
-        for event_id, last in begun.items():
-            later = [
-                call
-                for call in by_event[event_id]
-                if call.attempt > last.attempt and call.handled_ms >= killed_ms
-            ]
-            if later:
-                came_back += 1
-                if min(call.attempt for call in later) > last.attempt + 1:
-                    untimed += 1
-                    continue
-                after_kill_ms = min(c.delivery_due_ms for c in later) - killed_ms
-                if latest_kill_ms is None or after_kill_ms > latest_ms:
-                    latest_ms, latest_kill_ms, latest_event = after_kill_ms, killed_ms, event_id
-                late += after_kill_ms > bound_ms
-    latest_calls = []
-    if latest_kill_ms is not None:
-        previous_attempt = None
-        for call in sorted(by_event[latest_event], key=lambda call: call.handled_ms):
-            if previous_attempt is not None and call.attempt > previous_attempt + 1:
-                # Counted and spent, yet no handler began it: a worker claimed it and was
-                # killed before its handler began (workers log calls, not claims), or the
-                # claim's reply was lost with a cut connection or a failover. Its lease
-                # came between.
-                skipped = ", ".join(map(str, range(previous_attempt + 1, call.attempt)))
-                latest_calls.append(
-                    f"{latest_event} attempt {skipped}: no handler call (claimed by a worker "
-                    "stopped before its handler began, or whose claim's reply was lost)"
-                )
-            previous_attempt = call.attempt
-            own_kill = kills_ms.get(call.worker)
-            killed = (
-                ""
-                if own_kill is None
-                else f", its worker killed {own_kill - latest_kill_ms:+,.0f} ms"
-            )
-            latest_calls.append(
-                f"{latest_event} attempt {call.attempt} on {call.worker}: began "
-                f"{call.handled_ms - latest_kill_ms:+,.0f} ms, due "
-                f"{call.delivery_due_ms - latest_kill_ms:+,.0f} ms{killed}"
-            )
-    return KilledWorkersEvents(came_back, late, untimed, latest_ms, latest_kill_ms, latest_calls)
-
-
 async def drive(args: argparse.Namespace) -> Report:
     rng = random.Random(args.seed)
     chaos = Chaos()
@@ -394,15 +269,18 @@ async def drive(args: argparse.Namespace) -> Report:
                     async def kill() -> None:
                         await pool.kill_and_replace(rng.randrange(args.workers), tg)
 
-                    chaos_tasks.start_soon(now_and_then, kill, args.kill_every, rng, chaos_until)
-                    chaos_tasks.start_soon(
-                        restart_server,
-                        target,
-                        chaos,
-                        window_opens + args.window / 2,
-                        args.server_stop,
-                        rng,
-                    )
+                    if not args.cuts_only:
+                        chaos_tasks.start_soon(
+                            now_and_then, kill, args.kill_every, rng, chaos_until
+                        )
+                        chaos_tasks.start_soon(
+                            restart_server,
+                            target,
+                            chaos,
+                            window_opens + args.window / 2,
+                            args.server_stop,
+                            rng,
+                        )
                 else:
                     # The baseline: same load and topology, no faults.
                     await anyio.sleep(max(0.0, chaos_until - time.monotonic()))
@@ -448,6 +326,12 @@ async def drive(args: argparse.Namespace) -> Report:
     flow_prefixes = (TICK_PREFIX, LIMITED_PREFIX, KEYED_PREFIX, DURABLE_PREFIX)
     calls = [call for call in calls if not call[0].startswith(flow_prefixes)]
     killed = late_after_kills(calls, chaos.kills_ms, args.lease * 1000)
+    crash_ms = (
+        (chaos.server_restart_at_ms, chaos.server_down_seconds * 1000)
+        if chaos.server_restarts
+        else None
+    )
+    unbegun = unbegun_attempts(calls, chaos.kills_ms, args.lease * 1000, crash_ms)
     tick_ms = round(TICK_SECONDS * 1000)
     expected_ticks = (ticks[-1] - ticks[0]) // tick_ms + 1 if ticks else 0
     expected = {event.id for event in events}
@@ -494,6 +378,9 @@ async def drive(args: argparse.Namespace) -> Report:
         if killed.latest_kill_ms is None or not chaos.server_restarts
         else killed.latest_kill_ms - chaos.server_restart_at_ms,
         latest_after_kill_calls=killed.latest_calls,
+        unbegun_spent=unbegun.spent,
+        unbegun_unexplained=unbegun.unexplained,
+        unbegun_examples=unbegun.examples,
         invented=len(handed_out - expected),
         pending_at_end=len(pending_ids),
         delivered_before_server_restart=len(
@@ -541,7 +428,7 @@ def main(argv: Sequence[str]) -> int:
         args.json.write_text(json.dumps(asdict(report), indent=2) + "\n")
     flow = report.flow
     failed = report.invented > 0 or report.dead_unexpected > 0 or report.dead_unhandled > 0
-    failed = failed or report.late_after_kill > 0
+    failed = failed or report.late_after_kill > 0 or report.unbegun_unexplained > 0
     failed = failed or flow.limit_violations > 0 or flow.key_overlaps > 0
     if report.aof or report.replicas:
         # Kept on disk, or on the replica that takes over: nothing may be missing.

@@ -71,6 +71,12 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
         help="baseline: same load through the proxy, no kills, cuts or restart",
     )
     parser.add_argument(
+        "--cuts-only",
+        action="store_true",
+        help="cut connections, but kill no worker and stop no server: every attempt spent "
+        "with no handler call is then unexplained",
+    )
+    parser.add_argument(
         "--server-stop",
         choices=("kill", "term"),
         default="kill",

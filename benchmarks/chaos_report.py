@@ -80,6 +80,14 @@ class Report:
     (negative: before it); None without a crash or a return."""
     latest_after_kill_calls: list[str]
     """Every handler call of that latest one, timed from that kill (see late_after_kills)."""
+    unbegun_spent: int
+    """Attempts counted and spent that no handler began (see unbegun_attempts in
+    chaos_leases.py)."""
+    unbegun_unexplained: int
+    """Of those, the ones no kill and no server crash explains (the claim receipts: must be
+    0)."""
+    unbegun_examples: list[str]
+    """The first few unexplained ones, with their events' handler calls."""
     invented: int
     """Ids handed to a handler that were never scheduled."""
     pending_at_end: int
@@ -214,6 +222,12 @@ def print_report(report: Report) -> None:
     if report.late_after_kill:
         for line in report.latest_after_kill_calls:
             print(f"               {line}")
+    print(
+        f"  unbegun:     {report.unbegun_spent} attempts spent with no handler call, "
+        f"{report.unbegun_unexplained} not explained by a kill or the server's crash"
+    )
+    for line in report.unbegun_examples:
+        print(f"               {line}")
     print(f"  invented:    {report.invented}")
     print(f"  pending:     {report.pending_at_end} at the end (drained: {report.drained})")
     lateness = "  ".join(f"{name} {value:g}" for name, value in report.lateness_ms.items())

@@ -13,6 +13,8 @@ on its own first, so that no success waits for a claim that may be far off.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +24,7 @@ import msgspec
 from aioqueue._model.config import ServiceConfig
 from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._wire.envelope import Envelope, EnvelopeError
-from aioqueue._wire.store import Claimed, QueueStore
+from aioqueue._wire.store import Claimed, ClaimReceipt, QueueStore
 
 from .acknowledger import Acknowledger
 from .handler_runner import Succeeded
@@ -88,6 +90,12 @@ class Takers:
         self._config = config
         self._acknowledged = acknowledged
         self._on_claiming = on_claiming
+        # Names this consumer's claim receipts (ClaimReceipt): random, so that no other
+        # consumer, in this process or another, shares them. Their tokens grow, as the
+        # receipts require: one claim is sent at a time, each after the last returned or
+        # was given up.
+        self._taker_name = secrets.token_hex(8)
+        self._claims_sent = itertools.count()
 
     async def hand_back(self, partition: Partition, succeeded: Sequence[Succeeded]) -> None:
         """A worker's successes, each with its slot: to ride the partition's next claim,
@@ -139,12 +147,17 @@ class Takers:
                     # the handlers of the events it brings run.
                     self._on_claiming(partition.ready_left - count)
                 try:
-                    claimed = await self._claim(partition, count, succeeded)
+                    claimed = await self._claim(partition, count, succeeded, errors)
                 except REDIS_ERRORS as exc:
                     self._slots.release(granted)
                     await self.acknowledge_apart(partition, succeeded)
                     await errors.sleep_after(exc)
                     continue
+                except BaseException:
+                    # Stopped between tries: the successes are acknowledged on the way out.
+                    self._slots.release(granted)
+                    partition.succeeded[:0] = succeeded
+                    raise
                 errors.reset()
                 for success in succeeded:
                     self._leases.end(success.lease)
@@ -184,17 +197,32 @@ class Takers:
             held.append(self._leases.hold(store, envelope, claimed.server_now_ms))
         return held
 
-    async def _claim(self, partition: Partition, count: int, succeeded: list[Succeeded]) -> Claimed:
-        # Shielded: a claim that returned must reach a handler. Cancelling it halfway would
-        # leave its events leased and late by a lease. (The script call has a
-        # deadline of its own, so a dead server cannot hold it forever.)
-        with anyio.CancelScope(shield=True):
-            claimed = await partition.store.claim(
-                count,
-                lease_ms=self._config.lease_ms,
-                acknowledge=[success.envelope for success in succeeded],
-            )
-        return claimed
+    async def _claim(
+        self, partition: Partition, count: int, succeeded: list[Succeeded], errors: ErrorBackoff
+    ) -> Claimed:
+        """Claims, sending the call again while it fails, with the same receipt: if a failed
+        call took deliveries and its reply was lost, the call sent again hands them out
+        rather than taking more (see claim receipts in lua/_leases.lua). Gives up, raising the
+        last error, once the lease such a claim wrote is over: what it took is then
+        dispatch's to take back, its attempt spent, as a lost worker's is."""
+        receipt = ClaimReceipt(self._taker_name, next(self._claims_sent))
+        give_up_at = anyio.current_time() + self._config.lease_ms / 1000
+        while True:
+            try:
+                # Shielded: a claim that returned must reach a handler. Cancelling it halfway
+                # would leave its events leased and late by a lease. (The script call has a
+                # deadline of its own, so a dead server cannot hold it forever.)
+                with anyio.CancelScope(shield=True):
+                    return await partition.store.claim(
+                        count,
+                        lease_ms=self._config.lease_ms,
+                        acknowledge=[success.envelope for success in succeeded],
+                        receipt=receipt,
+                    )
+            except REDIS_ERRORS as exc:
+                if anyio.current_time() >= give_up_at:
+                    raise
+                await errors.sleep_after(exc)
 
     async def _wait_for_slots(self, partition: Partition) -> int:
         """Waits until slots are free or successes are waiting to be carried; returns the

@@ -79,6 +79,12 @@ class QueueKeys:
         counts its attempt out of `under_way` (see count_under_way in _prelude.lua)."""
         return (self.serial_holders, self.serial_waiting, self.wake, self.counts)
 
+    def claim_receipt(self, taker: str) -> str:
+        """string: what the last claim of consumer `taker` took, so that the claim, sent
+        again after its reply was lost, hands out the same (see claim receipts in
+        lua/_leases.lua). Expires a minute after that claim's lease."""
+        return self.schedule.removesuffix(":schedule") + f":claim_receipt:{taker}"
+
     def run_record(self, run_id: str, task: int) -> str:
         """hash: what one task of a Spark run wrote in this queue (see run_records.py)."""
         return self.schedule.removesuffix(":schedule") + f":runs:{run_id}:{task}"

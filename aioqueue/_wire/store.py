@@ -27,6 +27,7 @@ from aioqueue._wire.scripts import (
 )
 
 __all__ = [
+    "ClaimReceipt",
     "Claimed",
     "DeadLetterEntry",
     "DispatchCall",
@@ -117,6 +118,17 @@ class Claimed:
     """The type's rate limit allowed nothing more before this server time (ms)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimReceipt:
+    """Which claim a call is: `taker` names the consumer's receipt key, `token` the claim. A
+    call sent again with the same token, after its reply was lost, hands out what the first
+    took instead of taking more; a consumer's tokens grow, and a call with an older token than
+    its last claim's takes nothing (see claim receipts in lua/_leases.lua)."""
+
+    taker: str
+    token: int
+
+
 class DeadLetterEntry(NamedTuple):
     """A dead letter as stored, with its time of death."""
 
@@ -178,13 +190,15 @@ class QueueStore:
         *,
         lease_ms: int,
         acknowledge: Sequence[Envelope] = (),
+        receipt: ClaimReceipt | None = None,
     ) -> Claimed:
         """Acknowledges the `acknowledge` deliveries, then pops up to `count` current envelopes
-        from the ready list (never blocks), in one atomic call."""
-        args: list[str | int | bytes] = [count, lease_ms]
+        from the ready list (never blocks), in one atomic call. With a `receipt` whose claim
+        already ran, it takes nothing and returns that claim's deliveries still held."""
+        args: list[str | int | bytes] = [count, lease_ms, receipt.token if receipt else ""]
         if acknowledge:
             args.append(orjson.dumps(_versions(acknowledge)))
-        reply = await CLAIM.run(self.client, self.claim_keys(), args)
+        reply = await CLAIM.run(self.client, self.claim_keys(receipt), args)
         if int(reply[1]) == -1:  # paused: the third value is the ready list's length
             return Claimed(int(reply[0]), int(reply[2]), [], paused=True)
         if int(reply[1]) == -2:  # the rate limit's window is full until the fourth value
@@ -193,13 +207,16 @@ class QueueStore:
             server_now_ms=int(reply[0]), ready_left=int(reply[1]), envelopes=list(reply[2:])
         )
 
-    def claim_keys(self) -> list[str]:
+    def claim_keys(self, receipt: ClaimReceipt | None = None) -> list[str]:
         """The keys of claim.lua for this queue."""
         k = self.keys
-        return [
+        keys = [
             k.ready, k.schedule, k.events, k.dead_letters, k.dead_letter_times, k.paused,
             k.rate, k.starts, *k.settling,
         ]  # fmt: skip
+        if receipt is not None:
+            keys.append(k.claim_receipt(receipt.taker))
+        return keys
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
         """Deletes the delivered versions of these events; returns how many were deleted."""

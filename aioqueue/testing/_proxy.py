@@ -4,8 +4,10 @@ Not part of the library's behaviour: like the embedded server, it ships in aioqu
 so that `benchmarks/chaos.py`, this project's tests and yours share one implementation. It
 listens on 127.0.0.1 only, forwards each connection to an upstream address (the Redis server),
 and `cut()` drops connections the way a failing network does: both sides get a reset,
-mid-command or not. With `tls=` it terminates TLS, so a client can speak `rediss://` to a
-server without TLS support.
+mid-command or not. `hold_replies()` keeps what the server sends from reaching the clients
+until `release_replies()`: with a cut in between, a command the server ran loses its reply,
+as it does when a link fails after the request went through. With `tls=` it terminates TLS,
+so a client can speak `rediss://` to a server without TLS support.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import random
 import socket
 import ssl
 import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +81,7 @@ class CuttingProxy:
         self._accepted = 0
         self._cut = 0
         self._upstream_refused = 0
+        self._replies_held: anyio.Event | None = None
 
     def statistics(self) -> ProxyStatistics:
         """Connections accepted so far, open now, cut (by `cut()` or `cut_all()`), and
@@ -130,6 +134,22 @@ class CuttingProxy:
             self._drop(link)
         return len(links)
 
+    def hold_replies(self) -> None:
+        """Stops forwarding what the server sends, on every connection, until
+        `release_replies()`: requests still go through, and the server runs them."""
+        if self._replies_held is None:
+            self._replies_held = anyio.Event()
+
+    def release_replies(self) -> None:
+        """Forwards what the server sends again, held replies first (unless cut meanwhile)."""
+        if self._replies_held is not None:
+            self._replies_held.set()
+            self._replies_held = None
+
+    async def _reply_may_pass(self) -> None:
+        while self._replies_held is not None:
+            await self._replies_held.wait()
+
     def _drop(self, link: _Link) -> None:
         if not link.was_cut:
             link.was_cut = True
@@ -151,8 +171,10 @@ class CuttingProxy:
                 try:
                     with link.scope:
                         async with anyio.create_task_group() as pumps:
-                            pumps.start_soon(_pump, client, upstream, link.scope)
-                            pumps.start_soon(_pump, upstream, client, link.scope)
+                            pumps.start_soon(_pump, client, upstream, link.scope, None)
+                            pumps.start_soon(
+                                _pump, upstream, client, link.scope, self._reply_may_pass
+                            )
                 finally:
                     self._links.pop(link, None)
                     if link.was_cut:
@@ -160,10 +182,18 @@ class CuttingProxy:
                             _reset_on_close(stream)
 
 
-async def _pump(source: ByteStream, sink: ByteStream, link_scope: anyio.CancelScope) -> None:
-    """Copies one direction; when either side ends, the whole link ends (no half-close)."""
+async def _pump(
+    source: ByteStream,
+    sink: ByteStream,
+    link_scope: anyio.CancelScope,
+    may_pass: Callable[[], Awaitable[None]] | None,
+) -> None:
+    """Copies one direction, each chunk once `may_pass` returns; when either side ends, the
+    whole link ends (no half-close)."""
     try:
         async for chunk in source:
+            if may_pass is not None:
+                await may_pass()
             await sink.send(chunk)
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, ssl.SSLError):
         pass

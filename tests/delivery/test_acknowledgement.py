@@ -23,12 +23,13 @@ SCHEDULE = queue_key("PaymentCheck", "schedule")
 
 def acknowledged_ids(calls: list[ScriptCall], script: str) -> list[str]:
     """Ids that calls of `script` acknowledged: claim.lua takes them as a JSON array of (id,
-    version) pairs after its two arguments, acknowledge.lua as plain pairs."""
+    version) pairs after its three arguments (count, lease, receipt token), acknowledge.lua
+    as plain pairs."""
     ids: list[str] = []
     for call in calls:
-        if call.script == script == "claim" and len(call.args) > 2:
-            assert isinstance(call.args[2], bytes)
-            ids += orjson.loads(call.args[2])[::2]
+        if call.script == script == "claim" and len(call.args) > 3:
+            assert isinstance(call.args[3], bytes)
+            ids += orjson.loads(call.args[3])[::2]
         elif call.script == script == "acknowledge":
             ids += [str(arg) for arg in call.args[::2]]
     return ids

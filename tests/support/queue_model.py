@@ -12,11 +12,14 @@ dispatch counts an attempt provisionally, the claim spends it (the envelope is m
 `claimed`), a delivery no worker claimed within its lease spends nothing, a worker renews
 what it holds and gives back what it cannot finish. The model counts the handler calls begun
 (claims, less the ones given back unbegun) apart from the attempt, and the check after every
-step holds the two together: attempts counted = handler calls begun.
+step holds the two together: attempts counted = handler calls begun. Every claim leaves its
+receipt, as a consumer's does: a claim whose reply is lost, sent again later, hands out what
+it took and still holds, and takes nothing more (claim receipts in lua/_leases.lua).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,7 +36,14 @@ from aioqueue._wire.keys import QueueKeys, QueueLayout
 from aioqueue._wire.pausing import pause, resume
 from aioqueue._wire.rate_limits import set_rate_limit
 from aioqueue._wire.settings_marks import mark_recorded
-from aioqueue._wire.store import DispatchResult, GivenBack, QueueStore, renew_leases
+from aioqueue._wire.store import (
+    Claimed,
+    ClaimReceipt,
+    DispatchResult,
+    GivenBack,
+    QueueStore,
+    renew_leases,
+)
 from tests.support.common import SteppedRedis
 from tests.support.queue_model_walk import Walk, take_page
 
@@ -41,6 +51,8 @@ EVENT_TYPE = "Prop"
 KEYS = QueueKeys.for_type("prop", EVENT_TYPE)
 LAYOUT = QueueLayout("prop", EVENT_TYPE)
 HOUR_MS = 3_600_000
+MODEL_TAKER = "model"
+"""Names the model's claim receipts, as a consumer's taker names its own."""
 MAX_ATTEMPTS = 2
 # Large enough that every dispatch takes every due event: which ones a smaller batch takes
 # depends on millisecond ties between scores, which a model cannot know.
@@ -101,6 +113,19 @@ class Copy:
     generation: int
 
 
+@dataclass
+class LostClaim:
+    """A claim whose reply was lost, to be sent again: what it asked, and the generation
+    each event it took had then (it hands out again those still of that generation)."""
+
+    receipt: ClaimReceipt
+    count: int
+    lease_ms: int
+    taken: dict[str, int]
+    superseded: bool = False
+    """A later claim was made: sent now, it is a late copy and takes nothing."""
+
+
 @dataclass(frozen=True)
 class Held:
     """A delivery a handler holds: what it will settle."""
@@ -130,6 +155,9 @@ class QueueModel(SteppedRedis):
         """Whether the payload field `n` is recorded as the type's serial key."""
         self.walk: Walk | None = None
         """A walk through pending() in progress (tests/support/queue_model_walk.py)."""
+        self.receipts = (ClaimReceipt(MODEL_TAKER, token) for token in itertools.count())
+        self.lost_claim: LostClaim | None = None
+        """The last claim, if it took events and its reply was lost."""
         self.recorded: bool | None = None
         """Whether the type's settings are marked recorded (settings_marks.py), which every
         dispatch then checks; None until record_settings, and dispatches do not check."""
@@ -187,6 +215,10 @@ class QueueModel(SteppedRedis):
             self.dispatch(step.lease_ms)
         elif operation == "claim":
             self.claim(step.count, step.lease_ms)
+        elif operation == "lost-reply":
+            self.claim(step.count, step.lease_ms, reply_lost=True)
+        elif operation == "claim-again":
+            self.claim_again()
         elif operation == "batch":
             self.settle_batch(step.index, step.delay_ms, step.lease_ms)
         elif operation == "browse":
@@ -356,6 +388,7 @@ class QueueModel(SteppedRedis):
         self.paused = False
         self.starts = 0
         self.recorded = False
+        self.lost_claim = None  # its receipt is gone too: sent again, it claims anew
 
     def _room(self) -> int | None:
         return None if self.rate_limit is None else self.rate_limit - self.starts
@@ -557,24 +590,53 @@ class QueueModel(SteppedRedis):
         event.under_way = False
         event.generation = self._new_generation()
 
-    def claim(self, count: int, lease_ms: int, acknowledge: Sequence[Envelope] = ()) -> None:
+    def claim(
+        self,
+        count: int,
+        lease_ms: int,
+        acknowledge: Sequence[Envelope] = (),
+        *,
+        reply_lost: bool = False,
+    ) -> None:
         """Takes up to `count` deliveries, acknowledging `acknowledge` first in the same
-        call (what a consumer's claim does with the successes of its last handler calls)."""
-        claimed = self.run(self.store.claim(count, lease_ms=lease_ms, acknowledge=acknowledge))
+        call (what a consumer's claim does with the successes of its last handler calls).
+        With `reply_lost`, no handler receives them (until the call is sent again)."""
+        receipt = next(self.receipts)
+        claimed = self.run(
+            self.store.claim(count, lease_ms=lease_ms, acknowledge=acknowledge, receipt=receipt)
+        )
+        envelopes = self._claimed(claimed, count, lease_ms, acknowledge, reply_lost=reply_lost)
+        # Every claim leaves its receipt: a lost one sent again now would take nothing.
+        if self.lost_claim is not None:
+            self.lost_claim.superseded = True
+        if reply_lost:
+            taken = {envelope.id: self.pending[envelope.id].generation for envelope in envelopes}
+            self.lost_claim = LostClaim(receipt, count, lease_ms, taken)
+
+    def _claimed(
+        self,
+        claimed: Claimed,
+        count: int,
+        lease_ms: int,
+        acknowledge: Sequence[Envelope],
+        *,
+        reply_lost: bool,
+    ) -> list[Envelope]:
+        """Checks a claim's reply against the model and takes it in; what it handed out."""
         for envelope in acknowledge:
             if self._is_current(envelope):
                 del self.pending[envelope.id]
                 self._moved(envelope.id)
         if self.paused:
             assert (claimed.paused, claimed.envelopes) == (True, [])
-            return
+            return []
         room = self._room()
         if room is not None and room < count:
             count = room
             if count < 1:
                 assert claimed.limited_until_ms is not None
                 assert claimed.envelopes == []
-                return
+                return []
         popped, self.ready = self.ready[:count], self.ready[count:]
         current = [
             copy
@@ -594,9 +656,38 @@ class QueueModel(SteppedRedis):
             event.claimed = True
             event.begun += 1
             event.generation = self._new_generation()
-            self.held.append(Held(envelope))
+            if not reply_lost:
+                self.held.append(Held(envelope))
         if self.rate_limit is not None:
             self.starts += len(envelopes)
+        return envelopes
+
+    def claim_again(self) -> None:
+        """The claim whose reply was lost, sent again: it takes nothing new, whatever the
+        ready list holds, and hands out those it took that it still holds (not settled,
+        replaced, cancelled, parked, nor dispatched again after the lease lapsed), each on the
+        attempt it spent then, whether the type is paused or rate-limited now or not. Once a
+        later claim was made it is a copy the server runs late, and hands out nothing."""
+        if self.lost_claim is None:
+            return
+        lost, self.lost_claim = self.lost_claim, None
+        claimed = self.run(
+            self.store.claim(lost.count, lease_ms=lost.lease_ms, receipt=lost.receipt)
+        )
+        still_held = [
+            event_id
+            for event_id, generation in lost.taken.items()
+            if not lost.superseded
+            and event_id in self.pending
+            and self.pending[event_id].generation == generation
+        ]
+        envelopes = [Envelope.parse(raw, event_type=EVENT_TYPE) for raw in claimed.envelopes]
+        assert [envelope.id for envelope in envelopes] == still_held
+        for envelope in envelopes:
+            event = self.pending[envelope.id]
+            assert (envelope.version, envelope.attempt) == (event.version, event.attempt)
+            assert envelope.payload == event.payload
+            self.held.append(Held(envelope))
 
     def browse(self, page_size: int) -> None:
         """Begins a walk through pending() (or takes the next page of the one in progress),

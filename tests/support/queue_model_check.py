@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import redis.asyncio as redis
 
 from aioqueue._wire.envelope import stored_payload, stored_version, text
-from tests.support.queue_model import HOUR_MS, KEYS, QueueModel, envelope_fields
+from tests.support.queue_model import HOUR_MS, KEYS, MODEL_TAKER, QueueModel, envelope_fields
 
 
 def check_redis_holds_exactly_the_model(model: QueueModel) -> None:
@@ -76,6 +76,7 @@ def check_redis_holds_exactly_the_model(model: QueueModel) -> None:
         KEYS.serial_waiting,
         KEYS.counts,
         KEYS.recorded,
+        KEYS.claim_receipt(MODEL_TAKER),
     }
     if model.recorded is not None:
         assert (KEYS.recorded in state.keys) is model.recorded

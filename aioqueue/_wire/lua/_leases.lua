@@ -120,6 +120,64 @@ local function current_deliveries(events, raws)
   return current_ids, deliveries, envelopes, unreadable
 end
 
+-- Claim receipts. A claim's reply can be lost after its script ran: the connection is cut
+-- on the way back, or the reply times out. redis-py then sends the call again, and a consumer
+-- whose call failed sends it again itself; a second claim would take other deliveries, while
+-- the ones the first took waited out their lease with no handler begun and then counted as
+-- spent. So every claim of a consumer leaves a receipt under the consumer's own key (one key
+-- each, overwritten by its next claim): the call's token, the server time it ran at, the
+-- lease end it wrote and the ids it took, if any. A call that brings the receipt's token
+-- again takes nothing new: it hands out again those of the receipt's deliveries that are
+-- still its own, and the consumer holds them as if the first reply had come late.
+-- A consumer's tokens grow, one per claim, and it sends a claim only once the one before
+-- returned or was given up. So a call whose token is below the receipt's is a copy that the
+-- server read late, from a connection its consumer had given up on: it takes nothing, since
+-- no one would receive what it took.
+-- The receipt outlives the lease by a margin: a delivery whose lease ended is still the
+-- claim's until a dispatch takes it back, and its receipt is worth having until then.
+local RECEIPT_MARGIN_MS = 60000
+
+-- Leaves the receipt of a claim that took `ids` at server time `now` with lease `lease`:
+-- the token, then `|` and the JSON array [now, lease end, ids]. The token comes first, as
+-- text, so that a claim of its own (nearly every one) tells it is no repeat from the
+-- receipt's first bytes, without decoding the rest.
+local function write_claim_receipt(receipt, token, now, lease, ids)
+  redis.call('SET', receipt, token .. '|' .. cjson.encode({now, now + lease, ids}),
+             'PX', lease + RECEIPT_MARGIN_MS)
+end
+
+-- The reply of a call with claim token `token` that is not a claim of its own (else nil):
+-- for the receipt's own token, the receipt's deliveries that are still under way with the
+-- lease the claim wrote (an event since settled, cancelled or replaced, or whose lease
+-- lapsed and which dispatch took back, is left out), with the claim's server time, so that
+-- the consumer reckons the lease from when it began; for an older token, nothing. It
+-- writes nothing. GET, not GETRANGE of the token: the documented ACL rules allow GET, and
+-- copying a receipt (about 20 bytes an id) costs a claim far less than its events do.
+local function repeated_claim(schedule, events, receipt, token, now)
+  local text = redis.call('GET', receipt)
+  local recorded = text and string.match(text, '^(%d+)|')
+  local mine = tonumber(token)
+  if not recorded or not mine or mine > tonumber(recorded) then
+    return nil
+  elseif mine < tonumber(recorded) then
+    return {now, 0}
+  end
+  local record = decoded_object(string.sub(text, #recorded + 2))
+  if not record then
+    return nil
+  end
+  local claimed_at, lease_end, ids = record[1], record[2], record[3]
+  local result = {claimed_at, 0}
+  local stored = hmget_all(events, ids)
+  for i, id in ipairs(ids) do
+    if stored[i] and string.find(stored[i], '"due_at":', 1, true)
+        and tonumber(redis.call('ZSCORE', schedule, id)) == lease_end then
+      result[#result + 1] = delivery_of(id, stored[i])
+    end
+  end
+  return result
+end
+
 -- The first `"name":` in cjson's text `raw` (`key` is that text): nil when there is none,
 -- else whether it follows `{` or `,` (as every key cjson writes does) and where its value
 -- begins. A plain search: an unanchored pattern is tried at every position of the text, and

@@ -8,9 +8,13 @@
 --   acknowledged event that held a serial key frees it (see settle_serial in _serial_keys.lua)
 -- KEYS[12] counts (optional, with 9-11): acknowledged attempts leave its `under_way` and
 --   add to `finished` (see count_under_way in _prelude.lua)
--- ARGV[1] count   ARGV[2] lease ms   ARGV[3] (optional) the deliveries to acknowledge: one
--- JSON array [id, version, id, version, ...], versions as strings. One argument rather than
--- two per event, because a client packs every argument of every call in Python.
+-- KEYS[13] receipt (optional): the consuming taker's claim receipt, with ARGV[3] (see the
+--   claim receipts in _leases.lua): a call that brings the token of the receipt's claim again
+--   (its reply was lost) takes nothing new, and hands out again what that claim took
+-- ARGV[1] count   ARGV[2] lease ms   ARGV[3] the claim's token ('' without a receipt)
+-- ARGV[4] (optional) the deliveries to acknowledge: one JSON array [id, version, id,
+-- version, ...], versions as strings. One argument rather than two per event, because a
+-- client packs every argument of every call in Python.
 -- A consumer hands the slots of events it just finished to the events it takes next, and
 -- acknowledging them in the same call keeps it at its parallelism without a round trip of
 -- its own (see acknowledge_deliveries in _leases.lua).
@@ -25,54 +29,74 @@
 -- {server now ms, -2, envelopes in the ready list, ms when the rate limit lets one more out}.
 local ready, schedule, events = KEYS[1], KEYS[2], KEYS[3]
 local dead_letters, dead_letter_times, paused = KEYS[4], KEYS[5], KEYS[6]
-local rate, starts, counts = KEYS[7], KEYS[8], KEYS[12]
-local count, lease, acknowledged = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local rate, starts, counts, receipt = KEYS[7], KEYS[8], KEYS[12], KEYS[13]
+local count, lease, token, acknowledged = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local now = server_time_ms()
 if acknowledged then
+  -- Again too when this call repeats a claim: acknowledging a version twice is harmless.
   acknowledge_deliveries(schedule, events, cjson.decode(acknowledged), serial_keys(KEYS, 9),
                          counts)
 end
-if paused and redis.call('HEXISTS', paused, 'paused') == 1 then
-  return {now, -1, redis.call('LLEN', ready)}
+if receipt then
+  local repeated = repeated_claim(schedule, events, receipt, token, now)
+  if repeated then
+    repeated[2] = redis.call('LLEN', ready)
+    return repeated
+  end
 end
-local allowance = rate and rate_room(rate, starts, now)
-if allowance and allowance.room < count then
-  count = allowance.room
+
+-- The claim's reply, and the ids it took.
+local function take()
+  if paused and redis.call('HEXISTS', paused, 'paused') == 1 then
+    return {now, -1, redis.call('LLEN', ready)}, {}
+  end
+  local allowance = rate and rate_room(rate, starts, now)
+  if allowance and allowance.room < count then
+    count = allowance.room
+    if count < 1 then
+      return {now, -2, redis.call('LLEN', ready), allowance.next_ms}, {}
+    end
+  end
+  local result = {now, 0}
   if count < 1 then
-    return {now, -2, redis.call('LLEN', ready), allowance.next_ms}
+    result[2] = redis.call('LLEN', ready)
+    return result, {}
   end
-end
-local result = {now, 0}
-if count < 1 then
+  local popped = redis.call('LPOP', ready, count)
+  if not popped then
+    return result, {}
+  end
   result[2] = redis.call('LLEN', ready)
-  return result
-end
-local popped = redis.call('LPOP', ready, count)
-if not popped then
-  return result
-end
-result[2] = redis.call('LLEN', ready)
-local ids, deliveries, _, unreadable = current_deliveries(events, popped)
-for _, raw in ipairs(unreadable) do
-  -- Not ours to interpret, but never dropped silently.
-  local id = 'unreadable:' .. redis.sha1hex(raw)
-  bury(schedule, events, dead_letters, dead_letter_times, id, {id = id, raw = raw},
-    'ready list entry is not a valid envelope', now)
-end
-local leases, started = {}, {}
-local lease_end, started_at = score_argument(now + lease), score_argument(now)
-local start_mark = '@' .. now  -- each start's member is its id and this mark
-for i, raw in ipairs(deliveries) do
-  leases[#leases + 1] = lease_end
-  leases[#leases + 1] = ids[i]
-  result[#result + 1] = raw
-  started[#started + 1] = started_at
-  started[#started + 1] = ids[i] .. start_mark
-end
-if #leases > 0 then
-  call_chunked('ZADD', schedule, leases, 'XX')
-  if allowance then
-    call_chunked('ZADD', starts, started)
+  local ids, deliveries, _, unreadable = current_deliveries(events, popped)
+  for _, raw in ipairs(unreadable) do
+    -- Not ours to interpret, but never dropped silently.
+    local id = 'unreadable:' .. redis.sha1hex(raw)
+    bury(schedule, events, dead_letters, dead_letter_times, id, {id = id, raw = raw},
+      'ready list entry is not a valid envelope', now)
   end
+  local leases, started = {}, {}
+  local lease_end, started_at = score_argument(now + lease), score_argument(now)
+  local start_mark = '@' .. now  -- each start's member is its id and this mark
+  for i, raw in ipairs(deliveries) do
+    leases[#leases + 1] = lease_end
+    leases[#leases + 1] = ids[i]
+    result[#result + 1] = raw
+    started[#started + 1] = started_at
+    started[#started + 1] = ids[i] .. start_mark
+  end
+  if #leases > 0 then
+    call_chunked('ZADD', schedule, leases, 'XX')
+    if allowance then
+      call_chunked('ZADD', starts, started)
+    end
+  end
+  return result, ids
+end
+
+local result, taken = take()
+if receipt then
+  -- Whatever it took, even nothing: a copy of this call that the server runs later must
+  -- find it done (see repeated_claim).
+  write_claim_receipt(receipt, token, now, lease, taken)
 end
 return result
