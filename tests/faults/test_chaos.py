@@ -26,7 +26,7 @@ import pathlib
 import subprocess
 import sys
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -60,36 +60,15 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     event must reach a handler, every poisoned one the dead letters, and nothing may be
     invented or left pending; with replicas, every durable enqueue that returned must be
     delivered too."""
-    report_path = tmp_path / "chaos.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(CHAOS),
-            "--events", str(EVENTS),
-            "--window", str(WINDOW),
-            "--workers", str(WORKERS),
-            "--lead", "2",
-            "--kill-every", "1.5-3",
-            "--cut-every", "0.1-0.4",
-            # Above the lease counter's bound (two leases and the scheduling interval), so
-            # that an event returned by its handler timeout rather than its lease counts.
-            "--handler-timeout", "4",
-            "--drain-timeout", "30",
-            # The driver's own load adds to the workers' starvation (see the module's note).
-            "--durable-rate", str(DURABLE_RATE),
-            "--quiet",
-            "--json", str(report_path),
-            *topology,
-        ],
-        cwd=REPO_ROOT,
-        # Every server the run starts is this run's version (`--servers all`: each of them).
-        env={**os.environ, "AIOQUEUE_SERVER_BINARY": str(server_binary)},
-        capture_output=True,
-        text=True,
-        timeout=110,
+    report, summary = run_chaos(
+        tmp_path,
+        server_binary,
+        "--kill-every", "1.5-3",
+        "--cut-every", "0.1-0.4",
+        # The driver's own load adds to the workers' starvation (see the module's note).
+        "--durable-rate", str(DURABLE_RATE),
+        *topology,
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    report: dict[str, Any] = json.loads(report_path.read_text())
     chaos = report["chaos"]
     poisoned = EVENTS // 1000
 
@@ -135,7 +114,7 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
     assert flow["key_overlaps"] == 0
     assert flow["keyed_calls"] >= EVENTS // 10
     if "--replicas" in topology or "--sentinel" in topology:
-        check_durable_enqueues(report["durable"], result.stdout)
+        check_durable_enqueues(report["durable"], summary)
     else:
         assert report["durable"] is None
 
@@ -147,29 +126,50 @@ def test_a_chaos_run_of_cut_connections_spends_no_attempt_without_a_handler(
     else: no attempt may be spent with no handler call. Without claim receipts a claim whose
     reply a cut lost left its events to wait out their lease and spent their attempt (16 and
     19 attempts in two such runs); every event must be delivered, none twice as dead."""
-    report_path = tmp_path / "chaos.json"
-    result = subprocess.run(
-        [
-            sys.executable, str(CHAOS),
-            "--events", str(EVENTS), "--window", str(WINDOW), "--workers", str(WORKERS),
-            "--lead", "2", "--cuts-only", "--cut-every", "0.02-0.1",
-            "--handler-timeout", "4", "--drain-timeout", "30",
-            "--quiet", "--json", str(report_path),
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "AIOQUEUE_SERVER_BINARY": str(server_binary)},
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    report: dict[str, Any] = json.loads(report_path.read_text())
+    report = run_chaos(tmp_path, server_binary, "--cuts-only", "--cut-every", "0.02-0.1").report
     assert report["chaos"]["connections_cut"] >= 50
     assert (report["chaos"]["worker_kills"], report["chaos"]["server_restarts"]) == (0, 0)
     assert report["unbegun_spent"] == 0, report["unbegun_examples"]
     assert (report["lost"], report["invented"], report["pending_at_end"]) == (0, 0, 0)
     assert report["delivered"] == EVENTS - EVENTS // 1000
     assert report["dead_unexpected"] == 0
+
+
+class ChaosRun(NamedTuple):
+    report: dict[str, Any]
+    summary: str
+    """What the run printed: its whole report, for a failure's message."""
+
+
+def run_chaos(tmp_path: pathlib.Path, server_binary: pathlib.Path, *options: str) -> ChaosRun:
+    """benchmarks/chaos.py at CI size with `options`, once it exited 0 (its own counters
+    read 0), else the test fails with its output."""
+    report_path = tmp_path / "chaos.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(CHAOS),
+            "--events", str(EVENTS),
+            "--window", str(WINDOW),
+            "--workers", str(WORKERS),
+            "--lead", "2",
+            # Above the lease counter's bound (two leases and the scheduling interval), so
+            # that an event returned by its handler timeout rather than its lease counts.
+            "--handler-timeout", "4",
+            "--drain-timeout", "30",
+            "--quiet",
+            "--json", str(report_path),
+            *options,
+        ],
+        cwd=REPO_ROOT,
+        # Every server the run starts is this run's version (`--servers all`: each of them).
+        env={**os.environ, "AIOQUEUE_SERVER_BINARY": str(server_binary)},
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return ChaosRun(json.loads(report_path.read_text()), result.stdout)
 
 
 def check_durable_enqueues(durable: dict[str, Any], summary: str) -> None:
