@@ -54,6 +54,14 @@ def read_deliveries(logs: Path) -> tuple[list[Call], int]:
     return calls, torn
 
 
+def calls_by_event(calls: Sequence[Call]) -> dict[str, list[Call]]:
+    """Each event's handler calls, in the order they were read."""
+    by_event: dict[str, list[Call]] = {}
+    for call in calls:
+        by_event.setdefault(call.event_id, []).append(call)
+    return by_event
+
+
 class KilledWorkersEvents(NamedTuple):
     """What became of the events killed workers had begun (see late_after_kills)."""
 
@@ -87,9 +95,7 @@ def late_after_kills(
     began, or whose claim's reply a cut connection lost) leaves no due time to judge: the
     attempt handled after it was due when that claim's lease ended, which says when the
     claim came, not when the kill's lease ended. Such events are counted as untimed."""
-    by_event: dict[str, list[Call]] = {}
-    for call in calls:
-        by_event.setdefault(call.event_id, []).append(call)
+    by_event = calls_by_event(calls)
     came_back = late = untimed = 0
     latest_ms = 0.0
     latest_kill_ms: float | None = None
@@ -173,9 +179,7 @@ def unbegun_attempts(
     before the kill that the server ran after it (the late counter's second lease). The
     server's crash explains a gap whose lease began from two leases before the crash to two
     leases after the server was back (the consumer tries again for a lease)."""
-    by_event: dict[str, list[Call]] = {}
-    for call in calls:
-        by_event.setdefault(call.event_id, []).append(call)
+    by_event = calls_by_event(calls)
     period_ms = lease_ms / RENEWALS_PER_LEASE
     kills = sorted(kills_ms.values())
     spent = unexplained = 0

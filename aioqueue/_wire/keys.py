@@ -83,11 +83,16 @@ class QueueKeys:
         """string: what the last claim of consumer `taker` took, so that the claim, sent
         again after its reply was lost, hands out the same (see claim receipts in
         lua/_leases.lua). Expires a minute after that claim's lease."""
-        return self.schedule.removesuffix(":schedule") + f":claim_receipt:{taker}"
+        return f"{self._base}:claim_receipt:{taker}"
 
     def run_record(self, run_id: str, task: int) -> str:
         """hash: what one task of a Spark run wrote in this queue (see run_records.py)."""
-        return self.schedule.removesuffix(":schedule") + f":runs:{run_id}:{task}"
+        return f"{self._base}:runs:{run_id}:{task}"
+
+    @property
+    def _base(self) -> str:
+        """`prefix:{tag}`, which every key of the queue starts with (see for_tag)."""
+        return self.schedule.removesuffix(":schedule")
 
     @classmethod
     def for_type(cls, prefix: str, event_type: str) -> QueueKeys:
