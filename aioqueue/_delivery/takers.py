@@ -173,9 +173,18 @@ class Takers:
                     await self._wait_apart(partition, max(0.001, wait))
                 elif claimed.paused and claimed.ready_left and not partition.succeeded:
                     await self._wait_apart(partition, self._config.polling_timeout)
-                elif count and not claimed.envelopes and not partition.succeeded:
+                elif (
+                    count
+                    and not claimed.envelopes
+                    and not claimed.ready_left
+                    and not partition.succeeded
+                ):
                     # Paused or not: an empty ready list fills only once dispatch (resumed)
-                    # pushes to it, and that ends this wait at once.
+                    # pushes to it, and that ends this wait at once. A claim that found only
+                    # stale copies (dropped), or repeated a claim whose events are gone, while
+                    # the list holds more claims again at once: the wake-ups of those
+                    # deliveries came before it and were spent. Each such claim pops what it
+                    # asks for, so the list shrinks until a claim takes one or it is empty.
                     await self._wait_for_ready(partition)
         finally:
             partition.carries_acknowledgements = False

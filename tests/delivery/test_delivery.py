@@ -166,6 +166,30 @@ async def test_replacing_an_event_already_in_the_ready_list_delivers_only_the_ne
     ]
 
 
+async def test_a_claim_that_finds_only_a_stale_copy_claims_again_at_once(
+    service_builder: Builder, redis_client: RedisClient
+) -> None:
+    """A claim that took only a stale copy (dropped) while the ready list still holds the
+    current one claims again rather than waiting for a wake-up: with a 5 s scheduling
+    interval, nothing else would wake the consumer (the pushes' messages came while it was
+    busy, before its last claim), so the new version would wait for the next sweep."""
+    gate = Gate()
+    async with service_builder().scheduling_interval(5).build() as service:
+        service.add_handler(PaymentCheck, gate, parallelism=1)
+        await service.enqueue(PaymentCheck(id="blocker", order_id=0), 0)
+        await gate.recorder.wait_for(1)
+        await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
+        await wait_until(ready_list_holds(redis_client, ["p-1"]))
+        assert await service.enqueue(PaymentCheck(id="p-1", order_id=2), 0, replace=True)
+        await wait_until(ready_list_holds(redis_client, ["p-1", "p-1"]))
+        started = time.monotonic()
+        gate.open()  # the blocker's success rides a claim of one: the stale copy, first
+        await gate.recorder.wait_for(2, within=6)
+        elapsed = time.monotonic() - started
+    assert [d.event for d in gate.recorder.deliveries][1] == PaymentCheck(id="p-1", order_id=2)
+    assert elapsed < 1.0
+
+
 @pytest.mark.parametrize("skew", [3600.0, -3600.0], ids=["clock-ahead", "clock-behind"])
 async def test_due_times_follow_the_server_clock_not_the_local_one(
     service_builder: Builder,
