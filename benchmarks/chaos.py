@@ -11,7 +11,9 @@ schedules every event before the window opens. While events come due the driver
 
 - SIGKILLs a random worker every few seconds and starts a new one in its place,
 - cuts random proxied connections (a TCP reset on both sides) several times a second,
-- SIGKILLs the server once, in the middle of the window, and starts it again on its data.
+- SIGKILLs the server once, in the middle of the window, and starts it again on its data;
+- with `--restart-every`, stops a random worker with SIGTERM every few seconds and starts a
+  new one in its place: a rolling restart, which must spend no attempt.
 
 With `--cluster` the same runs on a 3-master cluster: a cut closes one client connection
 of a random master, and the crash is one master's (chaos_topology.py). `--partitions N`
@@ -47,7 +49,8 @@ interval after the kill; give `--handler-timeout` above that bound, so that an e
 returned by its handler timeout instead would count. A third counts the attempts spent with
 no handler call that no kill and no server crash explains (chaos_leases.py): a claim whose
 reply a cut lost must hand out what it took when sent again. `--cuts-only` leaves out the
-kills and the crash, so that every such attempt is unexplained. The exit status is 1 if anything was
+kills and the crash, so that every such attempt is unexplained (with `--restart-every` too:
+a graceful stop gives back what no handler began, uncounted). The exit status is 1 if anything was
 invented or wrongly dead, a lease counter is not 0, or, with AOF on or replicas,
 something was lost, left pending or a tick missing, or, with replicas, a durable enqueue's
 event lost, invented or given up.
@@ -269,6 +272,13 @@ async def drive(args: argparse.Namespace) -> Report:
                     async def kill() -> None:
                         await pool.kill_and_replace(rng.randrange(args.workers), tg)
 
+                    async def restart() -> None:
+                        await pool.restart_and_replace(rng.randrange(args.workers), tg)
+
+                    if args.restart_every is not None:
+                        chaos_tasks.start_soon(
+                            now_and_then, restart, args.restart_every, rng, chaos_until
+                        )
                     if not args.cuts_only:
                         chaos_tasks.start_soon(
                             now_and_then, kill, args.kill_every, rng, chaos_until

@@ -83,6 +83,14 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
         help="how the server is stopped mid-window: SIGKILL (default) or SIGTERM",
     )
     parser.add_argument("--kill-every", type=seconds_range, default=(2.0, 4.0), metavar="LOW-HIGH")
+    parser.add_argument(
+        "--restart-every",
+        type=seconds_range,
+        metavar="LOW-HIGH",
+        help="also stop a random worker with SIGTERM and start another in its place (a "
+        "rolling restart) every LOW-HIGH s; an attempt spent with no handler call is never "
+        "explained by one (default: no restarts)",
+    )
     parser.add_argument("--cut-every", type=seconds_range, default=(0.1, 0.5), metavar="LOW-HIGH")
     parser.add_argument("--handler-timeout", type=float, default=2.0)
     parser.add_argument(

@@ -1,5 +1,6 @@
 """The chaos run's worker processes, seen from the driver (see chaos.py): a slot per worker,
-each running one `chaos.py worker` process at a time, SIGKILLed and replaced on demand."""
+each running one `chaos.py worker` process at a time, SIGKILLed and replaced, or stopped
+with SIGTERM and replaced (a rolling restart), on demand."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -36,6 +38,8 @@ class WorkerPool:
         self._chaos = chaos
         self._processes: list[Process | None] = [None] * args.workers
         self._incarnations = [0] * args.workers
+        self._replacing: set[int] = set()
+        """Slots whose worker is being killed or restarted: left alone meanwhile."""
         self._first_ready = anyio.Event()
 
     async def start(self, slot: int, task_group: TaskGroup) -> None:
@@ -98,14 +102,49 @@ class WorkerPool:
             await self._first_ready.wait()
 
     async def kill_and_replace(self, slot: int, task_group: TaskGroup) -> None:
-        process = self._processes[slot]
-        if process is not None and process.returncode is None:
-            process.kill()
-            self._chaos.kills_ms[self._names[slot]] = time.time() * 1000
+        await self._replace(slot, task_group, self._kill)
+
+    async def restart_and_replace(self, slot: int, task_group: TaskGroup) -> None:
+        """A rolling restart: SIGTERM, so that the worker gives back what it claimed and no
+        handler began and finishes what its handlers began, then a new worker in its place.
+        One still running after WORKER_STOP_TIMEOUT is SIGKILLed, and counts as killed."""
+        await self._replace(slot, task_group, self._terminate)
+
+    async def _replace(
+        self,
+        slot: int,
+        task_group: TaskGroup,
+        stop: Callable[[int, Process], Awaitable[None]],
+    ) -> None:
+        """Stops the worker in `slot` with `stop` and starts another, unless the slot is
+        being replaced already (a kill and a restart that picked the same slot)."""
+        if slot in self._replacing:
+            return
+        self._replacing.add(slot)
+        try:
+            process = self._processes[slot]
+            if process is not None and process.returncode is None:
+                await stop(slot, process)
+            await self.start(slot, task_group)
+        finally:
+            self._replacing.discard(slot)
+
+    async def _terminate(self, slot: int, process: Process) -> None:
+        process.terminate()
+        with anyio.move_on_after(WORKER_STOP_TIMEOUT):
             await process.wait()
-            await process.aclose()
-            self._chaos.worker_kills += 1
-        await self.start(slot, task_group)
+        if process.returncode is None:
+            await self._kill(slot, process)
+            return
+        await process.aclose()
+        self._chaos.worker_restarts += 1
+
+    async def _kill(self, slot: int, process: Process) -> None:
+        process.kill()
+        self._chaos.kills_ms[self._names[slot]] = time.time() * 1000
+        await process.wait()
+        await process.aclose()
+        self._chaos.worker_kills += 1
 
     async def stop_all(self) -> None:
         """SIGTERM every worker (a graceful stop), SIGKILL what is left after a bound."""

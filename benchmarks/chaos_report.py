@@ -23,6 +23,8 @@ class Chaos:
     """What the driver did, for the report."""
 
     worker_kills: int = 0
+    worker_restarts: int = 0
+    """Workers stopped with SIGTERM (and gone within the bound) and replaced."""
     worker_starts: int = 0
     worker_ready_seconds: list[float] = field(default_factory=list)
     server_restarts: int = 0
@@ -167,7 +169,8 @@ def print_report(report: Report) -> None:
     )
     crashed = "server" if single else "master"
     print(
-        f"  chaos:       {chaos.worker_kills} worker SIGKILLs ({chaos.worker_starts} starts), "
+        f"  chaos:       {chaos.worker_kills} worker SIGKILLs, {chaos.worker_restarts} "
+        f"graceful restarts ({chaos.worker_starts} starts), "
         f"{cuts}, {chaos.server_restarts} {crashed} crash+restart "
         f"({chaos.server_down_seconds:.2f} s down)"
     )

@@ -185,7 +185,7 @@ LOST_REPLY_AFTER_THE_LEASE = [
     step("dispatch"),
     step("lost-reply", lease_ms=0),
     step("dispatch"),
-    step("claim-again"),
+    step("claim-again", count=3),  # asking for 2: it must take nothing new
     step("claim"),
 ]
 LOST_REPLY_WITHIN_THE_LEASE = [
@@ -194,8 +194,21 @@ LOST_REPLY_WITHIN_THE_LEASE = [
     step("dispatch"),
     step("lost-reply", count=2),
     step("replace", "x:y", n=2),
-    step("claim-again"),
+    step("claim-again", count=3),  # asking for 2: it must take nothing new
     step("success"),
+]
+# A consumer stopped while it sent a lost claim again: its last call asks for nothing, takes
+# nothing new (another event waits in the ready list), and what it hands out goes back with
+# its attempt uncounted.
+LOST_REPLY_GIVEN_BACK_BY_A_STOPPING_CONSUMER = [
+    step("enqueue", "a"),
+    step("enqueue", "x:y"),
+    step("dispatch"),
+    step("lost-reply"),
+    step("claim-again", count=1),
+    step("hand-back"),
+    step("dispatch"),
+    step("claim", count=2),
 ]
 LOST_REPLY_SENT_AFTER_A_LATER_CLAIM = [
     step("enqueue", "a"),
@@ -204,7 +217,7 @@ LOST_REPLY_SENT_AFTER_A_LATER_CLAIM = [
     step("dispatch"),
     step("lost-reply"),
     step("claim"),
-    step("claim-again"),
+    step("claim-again", count=3),  # asking for 2: it must take nothing new
     step("claim"),
 ]
 
@@ -243,6 +256,7 @@ def run_and_check(url: str, steps: list[Step], *, serial_keys: bool) -> None:
 @example(steps=LOST_REPLY_AFTER_THE_LEASE)
 @example(steps=LOST_REPLY_WITHIN_THE_LEASE)
 @example(steps=LOST_REPLY_SENT_AFTER_A_LATER_CLAIM)
+@example(steps=LOST_REPLY_GIVEN_BACK_BY_A_STOPPING_CONSUMER)
 def test_no_sequence_of_operations_loses_or_invents_an_event(
     redis_server: EmbeddedServer, steps: list[Step]
 ) -> None:

@@ -24,7 +24,7 @@ from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.store import GivenBack, QueueStore, renew_leases
 
-__all__ = ["RENEWALS_PER_LEASE", "Lease", "Leases"]
+__all__ = ["HAND_BACK_TIMEOUT", "RENEWALS_PER_LEASE", "Lease", "Leases"]
 
 # A lease is renewed this many times over its length, so that one renewal lost with a
 # connection, or a loop that stalled for a moment, still leaves time for the next.

@@ -29,7 +29,7 @@ from aioqueue._wire.store import Claimed, ClaimReceipt, QueueStore
 from .acknowledger import Acknowledger
 from .handler_runner import Succeeded
 from .handoff import Handoff
-from .leases import Lease, Leases
+from .leases import HAND_BACK_TIMEOUT, Lease, Leases
 from .slots import SlotPool, SlotRequest
 
 __all__ = ["Claim", "Partition", "Takers"]
@@ -146,17 +146,21 @@ class Takers:
                     # the claim, while this process waits for the claim anyway, not while
                     # the handlers of the events it brings run.
                     self._on_claiming(partition.ready_left - count)
+                receipt = ClaimReceipt(self._taker_name, next(self._claims_sent))
                 try:
-                    claimed = await self._claim(partition, count, succeeded, errors)
+                    claimed = await self._claim(partition, count, succeeded, receipt, errors)
                 except REDIS_ERRORS as exc:
                     self._slots.release(granted)
                     await self.acknowledge_apart(partition, succeeded)
                     await errors.sleep_after(exc)
                     continue
-                except BaseException:
-                    # Stopped between tries: the successes are acknowledged on the way out.
+                except BaseException as exc:
+                    # Stopped between tries: the successes are acknowledged on the way out, and
+                    # what the claim took, if it ran, is given back.
                     self._slots.release(granted)
                     partition.succeeded[:0] = succeeded
+                    if isinstance(exc, anyio.get_cancelled_exc_class()):
+                        await self._give_back_lost_claim(partition, receipt)
                     raise
                 errors.reset()
                 for success in succeeded:
@@ -207,14 +211,18 @@ class Takers:
         return held
 
     async def _claim(
-        self, partition: Partition, count: int, succeeded: list[Succeeded], errors: ErrorBackoff
+        self,
+        partition: Partition,
+        count: int,
+        succeeded: list[Succeeded],
+        receipt: ClaimReceipt,
+        errors: ErrorBackoff,
     ) -> Claimed:
         """Claims, sending the call again while it fails, with the same receipt: if a failed
         call took deliveries and its reply was lost, the call sent again hands them out
         rather than taking more (see claim receipts in lua/_leases.lua). Gives up, raising the
         last error, once the lease such a claim wrote is over: what it took is then
         dispatch's to take back, its attempt spent, as a lost worker's is."""
-        receipt = ClaimReceipt(self._taker_name, next(self._claims_sent))
         give_up_at = anyio.current_time() + self._config.lease_ms / 1000
         while True:
             try:
@@ -232,6 +240,25 @@ class Takers:
                 if anyio.current_time() >= give_up_at:
                     raise
                 await errors.sleep_after(exc)
+
+    async def _give_back_lost_claim(self, partition: Partition, receipt: ClaimReceipt) -> None:
+        """The consumer stopped while a failed claim was about to be sent again. If that
+        claim ran and its reply was lost, what it took is leased to no handler, and would
+        come back only when the lease ends, its attempt spent. One last call with its
+        receipt, asking for nothing, fetches it (taking nothing new whether or not the claim
+        ran), and it is given back uncounted, as what a stopping consumer claimed and no
+        handler began. Bounded like every hand-back: if the server is still out of reach,
+        the attempts lapse as before."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(HAND_BACK_TIMEOUT):
+            try:
+                claimed = await partition.store.claim(
+                    0, lease_ms=self._config.lease_ms, receipt=receipt
+                )
+            except REDIS_ERRORS:
+                return
+            held = self._hold(partition.store, claimed)
+            if held:
+                await self._leases.hand_back(held)
 
     async def _wait_for_slots(self, partition: Partition) -> int:
         """Waits until slots are free or successes are waiting to be carried; returns the

@@ -8,21 +8,24 @@ later on the next one. See claim receipts in aioqueue/_wire/lua/_leases.lua.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import anyio
 import pytest
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from aioqueue import EventService, EventServiceBuilder, current_delivery
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.keys import QueueLayout
-from aioqueue._wire.store import ClaimReceipt, QueueStore
+from aioqueue._wire.store import Claimed, ClaimReceipt, QueueStore
 from aioqueue.testing import CuttingProxy, EmbeddedServer
-from tests.support.common import PaymentCheck, Recorder, wait_until
+from tests.support.common import PaymentCheck, Recorder, server_time_ms, wait_until
 
 Builder = Callable[[], EventServiceBuilder]
 ServerFactory = Callable[..., EmbeddedServer]
@@ -123,6 +126,41 @@ async def test_a_claim_sent_again_leaves_out_what_is_no_longer_its_own(
     ) == [("c", 2)]
 
 
+@dataclass
+class SecondBehindFirst:
+    """A handler of parallelism 1 that holds "first" until `first_may_finish` is set, while
+    "second" waits in the ready list: first's success then frees the only slot, and the
+    claim that acknowledges "first" takes "second". Notes each event's attempt."""
+
+    client: RedisClient
+    """Reads the ready list: not through a proxy the test holds or cuts."""
+    attempts: dict[str, int] = field(default_factory=dict)
+    first_may_finish: anyio.Event = field(default_factory=anyio.Event)
+    handled: Recorder = field(default_factory=Recorder)
+
+    async def handle(self, event: PaymentCheck) -> bool:
+        self.attempts[event.id] = current_delivery().attempt
+        if event.id == "first":
+            await self.first_may_finish.wait()
+        return await self.handled(event)
+
+    async def start(self, service: EventService) -> None:
+        """Registers the handler; returns once "first" is in it and "second" waits."""
+
+        async def first_began() -> bool:
+            return "first" in self.attempts
+
+        async def second_waits() -> bool:
+            return await self.client.llen(KEYS.ready) == 1
+
+        service.add_handler(PaymentCheck, self.handle, parallelism=1)
+        await service.enqueue(PaymentCheck(id="first", order_id=1), 0)
+        await wait_until(first_began)
+        await service.enqueue(PaymentCheck(id="second", order_id=2), 0)
+        # Dispatched to the ready list; the only slot is busy, so nothing claims it.
+        await wait_until(second_waits)
+
+
 @pytest.mark.parametrize("redis_py_retries", [True, False], ids=["redis-py", "consumer"])
 async def test_a_claim_whose_reply_is_lost_spends_no_attempt(
     server_factory: ServerFactory, redis_py_retries: bool
@@ -139,21 +177,7 @@ async def test_a_claim_whose_reply_is_lost_spends_no_attempt(
             else redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
         )
         direct = redis.Redis(port=server.port)
-        attempts: dict[str, int] = {}
-        first_may_finish = anyio.Event()
-        handled = Recorder()
-
-        async def handle(event: PaymentCheck) -> bool:
-            attempts[event.id] = current_delivery().attempt
-            if event.id == "first":
-                await first_may_finish.wait()
-            return await handled(event)
-
-        async def first_began() -> bool:
-            return "first" in attempts
-
-        async def second_waits() -> bool:
-            return await direct.llen(KEYS.ready) == 1
+        scene = SecondBehindFirst(direct)
 
         async def is_claimed() -> bool:
             # A claimed lease ends on a whole millisecond, 30 s away; a pushed one half a
@@ -169,20 +193,60 @@ async def test_a_claim_whose_reply_is_lost_spends_no_attempt(
             .lease(30.0)
         )
         async with builder.build() as service:
-            service.add_handler(PaymentCheck, handle, parallelism=1)
-            await service.enqueue(PaymentCheck(id="first", order_id=1), 0)
-            await wait_until(first_began)
-            await service.enqueue(PaymentCheck(id="second", order_id=2), 0)
-            # Dispatched to the ready list; the only slot is busy, so nothing claims it.
-            await wait_until(second_waits)
+            await scene.start(service)
             proxy.hold_replies()
-            # The handler's success frees the slot: the claim that acknowledges "first" and
-            # takes "second" runs, and its reply is held back.
-            first_may_finish.set()
+            # The claim that acknowledges "first" and takes "second" runs, and its reply is
+            # held back.
+            scene.first_may_finish.set()
             await wait_until(is_claimed)
             assert proxy.cut_all() >= 1
             proxy.release_replies()
-            await handled.wait_for(2, within=10)
+            await scene.handled.wait_for(2, within=10)
         await client.aclose()
         await direct.aclose()
-    assert attempts == {"first": 1, "second": 1}
+    assert scene.attempts == {"first": 1, "second": 1}
+
+
+async def test_a_consumer_stopped_while_it_sends_a_lost_claim_again_gives_the_events_back(
+    service_builder: Builder, redis_client: RedisClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's reply is lost and the server fails the call each time the consumer sends it
+    again; the service stops meanwhile (a rolling restart during a network fault) and the
+    server answers again. What the lost claim took must go back due now, its attempt
+    uncounted, rather than wait out its lease (30 s) and count as spent: the next worker
+    handles it at once, on attempt 1."""
+    real_claim = QueueStore.claim
+    failing = False
+    lost: list[int] = []
+
+    async def lose_claims(self: QueueStore, count: int, **options: Any) -> Claimed:
+        # Calls that ask for nothing pass: only the consumer's last call, on its way out,
+        # asks for nothing here (one partition, nothing contended).
+        if failing and count > 0:
+            if not lost:  # the first runs, and its reply is lost
+                lost.append(len((await real_claim(self, count, **options)).envelopes))
+            raise RedisConnectionError("connection lost (injected)")
+        return await real_claim(self, count, **options)
+
+    monkeypatch.setattr(QueueStore, "claim", lose_claims)
+    scene = SecondBehindFirst(redis_client)
+
+    async def claim_lost() -> bool:
+        return bool(lost)
+
+    builder = service_builder().lease(30.0)
+    async with builder.build() as service:
+        await scene.start(service)
+        failing = True
+        scene.first_may_finish.set()  # the claim that takes "second" runs; its reply is lost
+        await wait_until(claim_lost)
+        stopped_at = await server_time_ms(redis_client)
+    failing = False
+    due = await redis_client.zscore(KEYS.schedule, "second")
+    async with builder.build() as service:
+        service.add_handler(PaymentCheck, scene.handle, parallelism=1)
+        await scene.handled.wait_for(2, within=10)
+    assert lost == [1]
+    assert due is not None
+    assert due <= stopped_at + 1000  # due now, not at the lease's end (30 s on)
+    assert scene.attempts == {"first": 1, "second": 1}

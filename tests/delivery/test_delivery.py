@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from aioqueue import Event, EventServiceBuilder, ServiceState
+from aioqueue import Event, EventService, EventServiceBuilder, ServiceState
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.envelope import text
 from tests.conftest import ServerFactory
@@ -142,20 +142,26 @@ async def test_enqueue_keeps_a_pending_event_unless_replace_is_given(
     assert handler.ids == ["p-1"]
 
 
+async def stale_copy_ahead(service: EventService, gate: Gate, client: RedisClient) -> None:
+    """With `gate` the only slot's handler, holding "blocker": "p-1" dispatched, then replaced,
+    so that the ready list holds its stale copy ahead of its current one."""
+    service.add_handler(PaymentCheck, gate, parallelism=1)
+    await service.enqueue(PaymentCheck(id="blocker", order_id=0), 0)
+    await gate.recorder.wait_for(1)
+    await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
+    await wait_until(ready_list_holds(client, ["p-1"]))
+    assert await service.enqueue(PaymentCheck(id="p-1", order_id=2), 0, replace=True)
+    # Both versions are now due and waiting; only the new one may be handed out.
+    await wait_until(ready_list_holds(client, ["p-1", "p-1"]))
+
+
 async def test_replacing_an_event_already_in_the_ready_list_delivers_only_the_new_version(
     service_builder: Builder, redis_client: RedisClient
 ) -> None:
     """The stale copy of a replaced event left in the ready list must never reach a handler."""
     gate = Gate()
     async with service_builder().build() as service:
-        service.add_handler(PaymentCheck, gate, parallelism=1)
-        await service.enqueue(PaymentCheck(id="blocker", order_id=0), 0)
-        await gate.recorder.wait_for(1)
-        await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
-        await wait_until(ready_list_holds(redis_client, ["p-1"]))
-        assert await service.enqueue(PaymentCheck(id="p-1", order_id=2), 0, replace=True)
-        # Both versions are now due and waiting; only the new one may be handed out.
-        await wait_until(ready_list_holds(redis_client, ["p-1", "p-1"]))
+        await stale_copy_ahead(service, gate, redis_client)
         gate.open()
         await gate.recorder.wait_for(2)
         await wait_until(drained(redis_client))
@@ -175,13 +181,7 @@ async def test_a_claim_that_finds_only_a_stale_copy_claims_again_at_once(
     busy, before its last claim), so the new version would wait for the next sweep."""
     gate = Gate()
     async with service_builder().scheduling_interval(5).build() as service:
-        service.add_handler(PaymentCheck, gate, parallelism=1)
-        await service.enqueue(PaymentCheck(id="blocker", order_id=0), 0)
-        await gate.recorder.wait_for(1)
-        await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
-        await wait_until(ready_list_holds(redis_client, ["p-1"]))
-        assert await service.enqueue(PaymentCheck(id="p-1", order_id=2), 0, replace=True)
-        await wait_until(ready_list_holds(redis_client, ["p-1", "p-1"]))
+        await stale_copy_ahead(service, gate, redis_client)
         started = time.monotonic()
         gate.open()  # the blocker's success rides a claim of one: the stale copy, first
         await gate.recorder.wait_for(2, within=6)

@@ -13,8 +13,10 @@ starved worker spends no attempt), and no event of a killed worker due again lat
 two leases (one, and one for a renewal it sent just before the kill that a busy server ran
 after it) plus the scheduling interval, far below the handler timeout, and no attempt spent
 with no handler call that a kill or the crash does not explain. A run of cut connections
-alone, a cut every 20 to 100 ms, spends none at all: a claim whose reply a cut lost is sent
-again and hands out what it took (the claim receipts). The durable producers run at
+(one every 20 to 100 ms) and rolling restarts (a worker stopped with SIGTERM and replaced
+every 1 to 2 s) spends none at all: a claim whose reply a cut lost is sent again and hands
+out what it took (the claim receipts), and a stopping worker gives back what no handler
+began, uncounted. The durable producers run at
 DURABLE_RATE here to add little load of their own."""
 
 from __future__ import annotations
@@ -119,15 +121,20 @@ def test_a_small_chaos_run_with_aof_or_failover_loses_nothing(
         assert report["durable"] is None
 
 
-def test_a_chaos_run_of_cut_connections_spends_no_attempt_without_a_handler(
+def test_a_chaos_run_of_cut_connections_and_rolling_restarts_spends_no_attempt_unhandled(
     tmp_path: pathlib.Path, server_binary: pathlib.Path
 ) -> None:
-    """3,000 events due over 8 s, 3 workers, a connection cut every 20 to 100 ms and nothing
-    else: no attempt may be spent with no handler call. Without claim receipts a claim whose
-    reply a cut lost left its events to wait out their lease and spent their attempt (16 and
-    19 attempts in two such runs); every event must be delivered, none twice as dead."""
-    report = run_chaos(tmp_path, server_binary, "--cuts-only", "--cut-every", "0.02-0.1").report
+    """3,000 events due over 8 s, 3 workers, a connection cut every 20 to 100 ms and a worker
+    stopped with SIGTERM and replaced every 1 to 2 s (a rolling restart), and nothing else:
+    no attempt may be spent with no handler call. Without claim receipts a claim whose reply
+    a cut lost left its events to wait out their lease and spent their attempt (16 and 19
+    attempts in two runs of cuts alone); a stopping worker gives back what it claimed and no
+    handler began, uncounted. Every event must be delivered, none twice as dead."""
+    report = run_chaos(
+        tmp_path, server_binary, "--cuts-only", "--cut-every", "0.02-0.1", "--restart-every", "1-2"
+    ).report
     assert report["chaos"]["connections_cut"] >= 50
+    assert report["chaos"]["worker_restarts"] >= 3
     assert (report["chaos"]["worker_kills"], report["chaos"]["server_restarts"]) == (0, 0)
     assert report["unbegun_spent"] == 0, report["unbegun_examples"]
     assert (report["lost"], report["invented"], report["pending_at_end"]) == (0, 0, 0)

@@ -218,7 +218,8 @@ class QueueModel(SteppedRedis):
         elif operation == "lost-reply":
             self.claim(step.count, step.lease_ms, reply_lost=True)
         elif operation == "claim-again":
-            self.claim_again()
+            # Asking for 0 to 3: a repeat ignores it. A stopping consumer asks for none.
+            self.claim_again(step.count - 1)
         elif operation == "batch":
             self.settle_batch(step.index, step.delay_ms, step.lease_ms)
         elif operation == "browse":
@@ -662,18 +663,18 @@ class QueueModel(SteppedRedis):
             self.starts += len(envelopes)
         return envelopes
 
-    def claim_again(self) -> None:
-        """The claim whose reply was lost, sent again: it takes nothing new, whatever the
-        ready list holds, and hands out those it took that it still holds (not settled,
-        replaced, cancelled, parked, nor dispatched again after the lease lapsed), each on the
-        attempt it spent then, whether the type is paused or rate-limited now or not. Once a
-        later claim was made it is a copy the server runs late, and hands out nothing."""
+    def claim_again(self, count: int) -> None:
+        """The claim whose reply was lost, sent again asking for `count`: it takes nothing
+        new, whatever it asks and the ready list holds, and hands out those it took that it
+        still holds (not settled, replaced, cancelled, parked, nor dispatched again after the
+        lease lapsed), each on the attempt it spent then, whether the type is paused or
+        rate-limited now or not. Once a later claim was made it is a copy the server runs
+        late, and hands out nothing. (A consumer that stops between tries sends it asking for
+        none, and gives back what it hands out: the hand-back step.)"""
         if self.lost_claim is None:
             return
         lost, self.lost_claim = self.lost_claim, None
-        claimed = self.run(
-            self.store.claim(lost.count, lease_ms=lost.lease_ms, receipt=lost.receipt)
-        )
+        claimed = self.run(self.store.claim(count, lease_ms=lost.lease_ms, receipt=lost.receipt))
         still_held = [
             event_id
             for event_id, generation in lost.taken.items()
