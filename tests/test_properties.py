@@ -39,8 +39,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aioqueue.testing import EmbeddedServer
-from tests.support.queue_model import HOUR_MS, Step, queue_model
+from tests.support.queue_model import queue_model
 from tests.support.queue_model_check import check_redis_holds_exactly_the_model
+from tests.support.queue_model_state import HOUR_MS, Step
 
 # Few ids, so that operations meet the same event often; "due now" twice as likely as "in an
 # hour", so that events go round the dispatch-claim-settle cycle within a short sequence.

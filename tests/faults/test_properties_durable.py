@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.queue_model import Step
 from tests.support.queue_model_check import check_redis_holds_exactly_the_model
 from tests.support.queue_model_replicated import Servers, replicated_queue_model, replicated_servers
+from tests.support.queue_model_state import Step
 from tests.test_properties import PAYLOADS, step_lists
 
 # The plain model's operations, the durable ones most often, and the replication events.

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import redis.asyncio as redis
 
 from aioqueue._wire.envelope import stored_payload, stored_version, text
-from tests.support.queue_model import HOUR_MS, KEYS, MODEL_TAKER, QueueModel, envelope_fields
+from tests.support.queue_model import QueueModel
+from tests.support.queue_model_state import HOUR_MS, KEYS, MODEL_TAKER, envelope_fields
 
 
 def check_redis_holds_exactly_the_model(model: QueueModel) -> None:

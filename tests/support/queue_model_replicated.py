@@ -33,7 +33,8 @@ from aioqueue._producing.writes import enqueue_steps
 from aioqueue._transport.steps import run_steps
 from aioqueue._wire.store import QueueStore
 from aioqueue.testing import EmbeddedServer
-from tests.support.queue_model import EVENT_TYPE, KEYS, QueueModel, Step, envelope_fields
+from tests.support.queue_model import QueueModel
+from tests.support.queue_model_state import EVENT_TYPE, KEYS, Step, envelope_fields
 from tests.support.replication import admin, freeze, replicated_pair, resume, wait_for_replicas
 
 # The servers run their timers at 100 Hz, so that a WAIT that cannot be met ends after about

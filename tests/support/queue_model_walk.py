@@ -35,7 +35,7 @@ class Walk:
 def take_page(model: QueueModel, walk: Walk) -> bool:
     """Takes the walk's next page and checks it; True when it was the last one (the walk's
     promises are then checked too)."""
-    from tests.support.queue_model import LAYOUT
+    from tests.support.queue_model_state import LAYOUT
 
     page = model.run(pending_page(model.client, LAYOUT, limit=walk.page_size, cursor=walk.cursor))
     for listed in page.events:
