@@ -73,30 +73,14 @@ class Claiming(ModelState):
         for event_id in due:
             event = self.pending[event_id]
             if event.under_way and not event.claimed:
-                # No worker claimed it within its lease: nothing is spent. Its copy in the
-                # ready list is rewritten beside the envelope (another lease, its place
-                # kept); without one it is pushed again.
-                event.due_now = lease_ms == 0
-                event.generation = self._new_generation()
-                copies = [i for i, copy in enumerate(self.ready) if copy.event_id == event_id]
-                if copies:
-                    self.ready[copies[0]] = Copy(event_id, event.generation)
-                    extended += 1
-                else:
-                    pushed.append(event_id)
+                # No worker claimed it within its lease: nothing is spent.
+                extended += self._lease_unclaimed_again(event_id, lease_ms, pushed)
                 continue
             if event.attempt >= MAX_ATTEMPTS:
                 self._bury(event_id, self._last_error(event))
                 buried += 1
                 continue
-            if event.claimed:
-                event.error = lapsed_error(event.attempt)
-                event.claimed = False
-            event.attempt += 1
-            event.due_now = lease_ms == 0
-            event.under_way = True
-            event.generation = self._new_generation()
-            pushed.append(event_id)
+            self._next_attempt(event_id, lease_ms, pushed)
         assert (result.dispatched, result.buried, result.extended) == (
             len(pushed),
             buried,
@@ -132,7 +116,7 @@ class Claiming(ModelState):
         stored = cast("dict[bytes, bytes]", self.run(self.client.hgetall(KEYS.events)))
         scheduled = self.run(self.client.zrange(KEYS.schedule, 0, -1))
         parked = set()
-        pushed = []
+        pushed: list[str] = []
         extended = 0
         for event_id in due:
             event = self.pending[event_id]
@@ -152,27 +136,11 @@ class Claiming(ModelState):
             elif raw == before.get(event_id.encode()):
                 continue  # not taken by this call
             elif event.under_way and not event.claimed:
-                # Unclaimed within its lease: another lease where its copy waits, or pushed
-                # again (see dispatch).
                 self._moved(event_id)
-                event.due_now = lease_ms == 0
-                event.generation = self._new_generation()
-                copies = [i for i, copy in enumerate(self.ready) if copy.event_id == event_id]
-                if copies:
-                    self.ready[copies[0]] = Copy(event_id, event.generation)
-                    extended += 1
-                else:
-                    pushed.append(event_id)
+                extended += self._lease_unclaimed_again(event_id, lease_ms, pushed)
             elif envelope_fields(raw).get("attempt", 0) == event.attempt + 1:
                 self._moved(event_id)
-                if event.claimed:
-                    event.error = lapsed_error(event.attempt)
-                    event.claimed = False
-                event.attempt += 1
-                event.due_now = lease_ms == 0
-                event.under_way = True
-                event.generation = self._new_generation()
-                pushed.append(event_id)
+                self._next_attempt(event_id, lease_ms, pushed)
         assert len(pushed) == result.dispatched
         assert extended == result.extended
         if taken is not None:
@@ -183,6 +151,33 @@ class Claiming(ModelState):
         tail = self.ready_ids()[len(self.ready) :]
         assert sorted(tail) == sorted(pushed)
         self.ready += [Copy(event_id, self.pending[event_id].generation) for event_id in tail]
+
+    def _next_attempt(self, event_id: str, lease_ms: int, pushed: list[str]) -> None:
+        """Dispatch counts the event's next attempt, provisionally, and pushes it (adds it to
+        `pushed`); a claimed attempt before it lapsed with its worker."""
+        event = self.pending[event_id]
+        if event.claimed:
+            event.error = lapsed_error(event.attempt)
+            event.claimed = False
+        event.attempt += 1
+        event.due_now = lease_ms == 0
+        event.under_way = True
+        event.generation = self._new_generation()
+        pushed.append(event_id)
+
+    def _lease_unclaimed_again(self, event_id: str, lease_ms: int, pushed: list[str]) -> int:
+        """An attempt no worker claimed within its lease gets another, spending nothing: its
+        copy in the ready list is rewritten beside the envelope (its place kept), or, without
+        one, it is pushed again (added to `pushed`). Returns 1 if a copy was rewritten."""
+        event = self.pending[event_id]
+        event.due_now = lease_ms == 0
+        event.generation = self._new_generation()
+        copies = [i for i, copy in enumerate(self.ready) if copy.event_id == event_id]
+        if copies:
+            self.ready[copies[0]] = Copy(event_id, event.generation)
+            return 1
+        pushed.append(event_id)
+        return 0
 
     def _park(self, event_id: str) -> None:
         """Dispatch parked the event on its serial key: the envelope it rewrote (`parked`,
