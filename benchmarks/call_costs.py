@@ -29,12 +29,14 @@ import itertools
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import redis.asyncio
+from bench_events import BenchEvent
 from common import command_stats, stats_delta
 from report import server_name
-from system_aioqueue import AioqueueSystem, BenchEvent, _queue_keys
+from system_aioqueue import AioqueueSystem, _queue_keys
 
 from aioqueue import EventService, event_type_name
 from aioqueue._model.config import ServiceConfig
+from aioqueue._transport.client import RedisClient
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.store import ClaimReceipt, QueueStore
 from aioqueue.testing import EmbeddedServer
@@ -52,9 +54,11 @@ end)
 
 
 async def script_usec(
-    client: redis.asyncio.Redis, calls: int, call: Callable[[], Awaitable[object]]
+    client: RedisClient, calls: int, call: Callable[[], Awaitable[object]]
 ) -> float:
     """The server's µs per script call over `calls` calls of `call`."""
+    if not isinstance(client, redis.asyncio.Redis):
+        raise TypeError("call_costs.py measures one server, not a cluster")
     before = await command_stats(client)
     for _ in range(calls):
         await call()
@@ -164,15 +168,15 @@ async def measure(url: str, calls: int) -> None:
             # In the order ABBA, each row the mean of its two: the server's state drifts
             # from one claim run to the next (its allocator's, with libc's malloc), and
             # this order cancels a steady drift.
-            per_call = {True: 0.0, False: 0.0}
+            by_receipt = {True: 0.0, False: 0.0}
             for receipt in (True, False, False, True):
-                per_call[receipt] += (
+                by_receipt[receipt] += (
                     await claims(url, store, config, size, max(20, calls // size), receipt=receipt)
                     / 2
                 )
             name = f"claim of {size}, acknowledging {size}"
-            row(name, per_call[True], size)
-            row(f"{name}, no receipt", per_call[False], size)
+            row(name, by_receipt[True], size)
+            row(f"{name}, no receipt", by_receipt[False], size)
         for size in DISPATCH_SIZES:
             per_call = await dispatches(url, store, config, size, max(20, calls // size))
             row(f"dispatch of {size}", per_call, size)

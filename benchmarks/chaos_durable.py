@@ -104,7 +104,7 @@ class DurableProducer:
             url,
             prefix=PREFIX,
             partitions={ChaosEvent: partitions},
-            durability=Durability(replicas=self.replicas, timeout=CONFIRM_TIMEOUT),
+            durability=Durability.of(self.replicas, CONFIRM_TIMEOUT),
         )
 
         async def enqueue_in_thread(event: ChaosEvent) -> object:

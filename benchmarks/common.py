@@ -215,9 +215,9 @@ async def reset_server(url: str) -> None:
     try:
         # SYNC: valkey 8 frees a plain FLUSHALL in the background, which would blur the memory
         # baseline of what comes next. redis-py's flushall() can only add ASYNC.
-        await client.execute_command("FLUSHALL", "SYNC")
-        await client.execute_command("SCRIPT", "FLUSH", "SYNC")
-        await client.execute_command("MEMORY", "PURGE")
+        await client.execute_command("FLUSHALL", "SYNC")  # type: ignore[no-untyped-call]
+        await client.execute_command("SCRIPT", "FLUSH", "SYNC")  # type: ignore[no-untyped-call]
+        await client.execute_command("MEMORY", "PURGE")  # type: ignore[no-untyped-call]
     finally:
         await client.aclose()
 

@@ -21,6 +21,7 @@ import datetime as dt
 import enum
 import timeit
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -74,8 +75,8 @@ class OrderModel(pydantic.BaseModel, Event):
     items: list[ItemModel]
 
 
-def best_us(function: object, events: int) -> float:
-    timer = timeit.Timer(function)  # type: ignore[arg-type]
+def best_us(function: Callable[[], object], events: int) -> float:
+    timer = timeit.Timer(function)
     return min(timer.repeat(repeat=5, number=events)) / events * 1e6
 
 
@@ -109,7 +110,7 @@ def main() -> None:
         fields["id"] = "o-1"
         return OrderModel.model_validate(fields)
 
-    rows = [
+    rows: list[tuple[str, Callable[[], object]]] = [
         ("flat event, aioqueue (msgspec)", lambda: serializer.decode(PaymentCheck, "p-1", flat)),
         ("flat event, before (orjson + dataclass(**fields))", flat_before),
         ("nested order, aioqueue (msgspec)", lambda: serializer.decode(Order, "o-1", nested)),
@@ -126,7 +127,7 @@ def main() -> None:
     due = DueTime(0, absolute=False, due_in=0.0)
     flat_event = PaymentCheck(id="p-1", order_id=42)
     limit = 1024 * 1024
-    enqueue_rows = [
+    enqueue_rows: list[tuple[str, Callable[[], object]]] = [
         ("flat event, encoding alone", lambda: serializer.encode(flat_event)),
         ("flat event, event_item", lambda: event_item(serializer, limit, flat_event, due, "{}")),
         ("nested order, encoding alone", lambda: serializer.encode(order)),

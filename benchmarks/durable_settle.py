@@ -1,7 +1,7 @@
 """What confirming the worker's own writes with WAIT would cost: the drain rate on a primary
-with one replica, as aioqueue runs (no WAIT after dispatches, claims, acknowledgements and
-failures), beside the same drain with every one of those script calls followed by WAIT 1 on
-its connection, the way a durable enqueue is confirmed.
+with one replica, as aioqueue runs (no WAIT after dispatches, claims, lease renewals,
+acknowledgements, failures and hand-backs), beside the same drain with every one of those
+script calls followed by WAIT 1 on its connection, the way a durable enqueue is confirmed.
 
     python benchmarks/durable_settle.py [--events 20000] [--repeats 3]
 
@@ -20,7 +20,7 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +28,25 @@ import redis.asyncio
 from system_aioqueue import replicated_server
 
 from aioqueue import Durability, Event, EventService
-from aioqueue._producing.durability import DurableCalls
-from aioqueue._transport.steps import run_steps
+from aioqueue._producing.durability import DurableCalls, durable_pipelined_steps
+from aioqueue._transport.client import RedisClient
+from aioqueue._transport.held_connection import HeldConnection
+from aioqueue._transport.steps import Steps, run_steps
 from aioqueue._wire.functions import LIBRARY
-from aioqueue._wire.scripts import ACKNOWLEDGE, CLAIM, DISPATCH, EXTEND_LEASE, FAIL, LuaScript
+from aioqueue._wire.scripts import (
+    ACKNOWLEDGE,
+    CLAIM,
+    DISPATCH,
+    FAIL,
+    HAND_BACK,
+    RENEW,
+    LuaScript,
+    ScriptCall,
+)
 
-SETTLING = {script.name for script in (DISPATCH, CLAIM, ACKNOWLEDGE, FAIL, EXTEND_LEASE)}
+# Every call of the worker's that settles or moves an event: dispatches, claims, lease
+# renewals, acknowledgements, failures, hand-backs.
+SETTLING = {script.name for script in (DISPATCH, CLAIM, RENEW, ACKNOWLEDGE, FAIL, HAND_BACK)}
 PARALLELISM = 32
 
 
@@ -44,24 +57,46 @@ class SettleEvent(Event):
 
 
 def confirm_every_settlement(durability: Durability) -> None:
-    """Routes the worker's script calls through a pipeline that ends with WAIT (and WAITAOF
-    where the primary has AOF) on the same connection, as durable enqueues are sent."""
-    original = LuaScript.run
+    """Routes the worker's settling script calls, alone (LuaScript.run) or pipelined (its
+    dispatches and renewals), through a pipeline that ends with WAIT (and WAITAOF where the
+    primary has AOF) on the same connection, as durable enqueues are sent."""
+    run_alone = LuaScript.run
+    pipelined = LuaScript.pipelined_steps
+    pipelined_outcomes = LuaScript.pipelined_outcomes
 
-    def never_refused(call: Any) -> Any:
+    def never_refused(call: ScriptCall) -> ScriptCall:
         raise AssertionError("the library is loaded before the drain: no call is refused")
 
     durable = DurableCalls(durability, touch=never_refused)
 
     async def run(
-        script: LuaScript, client: Any, keys: Sequence[str], args: Sequence[str | int | bytes]
+        script: LuaScript,
+        client: RedisClient,
+        keys: Sequence[str],
+        args: Sequence[str | int | bytes],
+        held: HeldConnection | None = None,
     ) -> Any:
         if script.name not in SETTLING:
-            return await original(script, client, keys, args)
-        [reply] = await run_steps(client, script.pipelined_steps(client, [(keys, args)], durable))
+            return await run_alone(script, client, keys, args, held)
+        steps = durable_pipelined_steps(script, client, [ScriptCall(keys, args)], durable)
+        [reply] = await run_steps(client, steps, held)
         return reply
 
-    LuaScript.run = run  # type: ignore[method-assign]
+    def confirmed(
+        original: Callable[[LuaScript, object, Sequence[ScriptCall]], Steps[list[Any]]],
+    ) -> Callable[[LuaScript, object, Sequence[ScriptCall]], Steps[list[Any]]]:
+        def steps(
+            script: LuaScript, client: object, calls: Sequence[ScriptCall]
+        ) -> Steps[list[Any]]:
+            if script.name not in SETTLING:
+                return original(script, client, calls)
+            return durable_pipelined_steps(script, client, calls, durable)
+
+        return steps
+
+    LuaScript.run = run  # type: ignore[method-assign,assignment]
+    LuaScript.pipelined_steps = confirmed(pipelined)  # type: ignore[method-assign,assignment]
+    LuaScript.pipelined_outcomes = confirmed(pipelined_outcomes)  # type: ignore[method-assign,assignment]
 
 
 async def drain(url: str, events: int) -> float:
@@ -126,7 +161,7 @@ def main() -> None:
         f"drain of {args.events} events on a primary + replica, median of {args.repeats}: "
         f"{result['plain_events_per_s']:,.0f} events/s as aioqueue runs, "
         f"{result['confirmed_events_per_s']:,.0f} events/s with a WAIT after every "
-        f"dispatch, claim and acknowledgement"
+        f"dispatch, claim, renewal, acknowledgement, failure and hand-back"
     )
 
 

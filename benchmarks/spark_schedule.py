@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -151,8 +152,12 @@ def main() -> None:
         for _ in range(args.repeats):
             paths: dict[str, Callable[[], float]] = {}
             for kind, spark in opened.items():
-                paths[f"schedule, {kind}"] = lambda s=spark: measure_schedule(s, url, args.rows)
-                paths[f"read_pending, {kind}"] = lambda s=spark: measure_read(s, url, args.rows)
+                paths[f"schedule, {kind}"] = functools.partial(
+                    measure_schedule, spark, url, args.rows
+                )
+                paths[f"read_pending, {kind}"] = functools.partial(
+                    measure_read, spark, url, args.rows
+                )
             paths["enqueue_many (1 process)"] = lambda: measure_enqueue_many(url, args.rows)
             for path, measure in paths.items():
                 seconds.setdefault(path, []).append(measure())

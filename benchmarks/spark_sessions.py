@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 from pyspark.sql import SparkSession
 
@@ -88,7 +89,9 @@ def connect_spark(app_name: str) -> Iterator[SparkSession]:
             _wait_for_port(port, server, log)
             session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
             try:
-                yield session
+                # Typed apart from the classic session, with the same API: the benchmarks and
+                # aioqueue.spark take either.
+                yield cast(SparkSession, session)
             finally:
                 session.stop()
         finally:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio
+from bench_events import BenchEvent
 from common import (
     JsonDict,
     Options,
@@ -47,7 +48,7 @@ from common import (
     stats_delta,
 )
 from scenarios import scenario_backlog, scenario_memory
-from system_aioqueue import ENQUEUE_MANY, AioqueueSystem, BenchEvent
+from system_aioqueue import ENQUEUE_MANY, AioqueueSystem
 
 from aioqueue import event_type_name
 from aioqueue._admin.stats import read_stats
