@@ -81,6 +81,12 @@ class Recorder:
                 await self._changed.wait()
         return self.deliveries
 
+    async def wait_for_id(self, event_id: str, within: float = 10.0) -> None:
+        """Waits until `event_id` was delivered; fails the test after `within` s."""
+        with anyio.fail_after(within):
+            while event_id not in self.ids:
+                await self._changed.wait()
+
 
 class KeyWatch:
     """A handler of OrderStep events (serial key `order_id`) that holds each call `seconds`,
