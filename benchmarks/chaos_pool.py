@@ -147,7 +147,12 @@ class WorkerPool:
         self._chaos.worker_kills += 1
 
     async def stop_all(self) -> None:
-        """SIGTERM every worker (a graceful stop), SIGKILL what is left after a bound."""
+        """SIGTERM every worker (a graceful stop), SIGKILL what is left after a bound; again
+        on a run's way out, when it may be cancelled (shielded) and nothing may be left."""
+        with anyio.CancelScope(shield=True):
+            await self._stop_all()
+
+    async def _stop_all(self) -> None:
         running = [p for p in self._processes if p is not None and p.returncode is None]
         for process in running:
             process.terminate()

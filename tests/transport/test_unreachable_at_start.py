@@ -21,8 +21,8 @@ from aioqueue import (
 )
 from aioqueue._transport.client import RedisClient
 from aioqueue._transport.reaching import display_url
-from aioqueue.testing import free_port
-from tests.support.common import PaymentCheck
+from aioqueue.testing import CuttingProxy, free_port
+from tests.support.common import PaymentCheck, Recorder, wait_until
 from tests.support.docs_blocks import ROOT, blocks
 
 pytestmark = pytest.mark.backends("standalone")
@@ -102,6 +102,50 @@ async def test_a_server_that_answers_with_an_error_is_reached(
     finally:
         await admin.acl_deluser("noping")
         await admin.aclose()
+
+
+@pytest.mark.backends("cluster")
+async def test_a_cluster_start_rides_out_a_connection_cut_while_it_reads_the_slot_map(
+    redis_url: str, redis_client: RedisClient
+) -> None:
+    """A cluster start whose slot map read loses its connection (a failover, a node closing
+    clients, a reset) reads it again: the cluster is there. Before, the one cut failed the
+    start with RedisUnavailableError, as the chaos run's producer saw on a cluster whose
+    nodes closed connections; a standalone client's PING had redis-py's retries."""
+    host_port = redis_url.removeprefix("redis+cluster://").split("/")[0]
+    async with CuttingProxy(int(host_port.rsplit(":", 1)[1])) as proxy:
+        service = (
+            EventService.builder()
+            .url(f"redis+cluster://127.0.0.1:{proxy.port}")
+            .scheduling_interval(0.05)
+            .build()
+        )
+        handler = Recorder()
+        service.add_handler(PaymentCheck, handler)
+        proxy.hold_replies()  # the first read of the slot map waits for its reply
+
+        async def first_read_sent() -> bool:
+            return proxy.statistics().open == 1
+
+        async with anyio.create_task_group() as tasks:
+            started = anyio.Event()
+
+            async def start_and_run() -> None:
+                async with service:
+                    started.set()
+                    assert await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
+                    await handler.wait_for(1)
+
+            tasks.start_soon(start_and_run)
+            await wait_until(first_read_sent)
+            assert proxy.cut_all() == 1
+            proxy.release_replies()
+            with anyio.fail_after(10):
+                await started.wait()
+        assert handler.ids == ["p-1"]
+        # The read was sent again on a connection of its own.
+        assert proxy.statistics().accepted >= 2
+        assert proxy.statistics().cut == 1
 
 
 def test_a_sync_producer_names_the_server_on_its_first_call() -> None:
