@@ -121,7 +121,7 @@ async def reach(client: RedisClient, address: str | None) -> None:
 
 async def _read_slot_map(client: RedisCluster) -> None:
     """Reads a cluster's slot map (and command table), tried again after a pause on a
-    connection error, up to CLUSTER_START_TRIES times in all.
+    connection error (not on a reply timeout), up to CLUSTER_START_TRIES times in all.
 
     The slot map, read from any startup node, proves the cluster answers; a PING would go to
     every node, and one replica down must not stop a start. redis-py sends a standalone
@@ -134,7 +134,9 @@ async def _read_slot_map(client: RedisCluster) -> None:
             await within_reply_timeout(client.initialize())
             return
         except UNREACHABLE as error:
-            if tries_left == 0 or not _unreachable(error):
+            # A cluster that does not answer within the reply deadline is not asked again:
+            # the start would wait three deadlines to say what one says.
+            if tries_left == 0 or isinstance(error, RedisTimeoutError) or not _unreachable(error):
                 raise
             logger.debug("reading the cluster's slot map failed; trying again", exc_info=error)
         await anyio.sleep(CLUSTER_START_PAUSE)

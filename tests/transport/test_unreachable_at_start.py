@@ -12,6 +12,7 @@ import pytest
 import redis
 import redis.asyncio
 
+import aioqueue._transport.client
 from aioqueue import (
     EventService,
     RedisUnavailableError,
@@ -146,6 +147,24 @@ async def test_a_cluster_start_rides_out_a_connection_cut_while_it_reads_the_slo
         # The read was sent again on a connection of its own.
         assert proxy.statistics().accepted >= 2
         assert proxy.statistics().cut == 1
+
+
+@pytest.mark.backends("cluster")
+async def test_a_cluster_that_does_not_answer_is_asked_once(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot map read that outlives the reply deadline is not sent again: the start fails
+    after one deadline, not three."""
+    monkeypatch.setattr(aioqueue._transport.client, "REPLY_TIMEOUT", 0.5)
+    host_port = redis_url.removeprefix("redis+cluster://").split("/")[0]
+    async with CuttingProxy(int(host_port.rsplit(":", 1)[1])) as proxy:
+        proxy.hold_replies()
+        service = EventService.builder().url(f"redis+cluster://127.0.0.1:{proxy.port}").build()
+        with pytest.raises(RedisUnavailableError, match="TimeoutError"):
+            async with service:
+                pytest.fail("the block must not run")
+        assert proxy.statistics().accepted == 1
+        proxy.release_replies()
 
 
 def test_a_sync_producer_names_the_server_on_its_first_call() -> None:
