@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
@@ -105,6 +106,14 @@ async def test_a_server_that_answers_with_an_error_is_reached(
         await admin.aclose()
 
 
+def proxy_before_cluster(redis_url: str) -> CuttingProxy:
+    """A proxy before the startup node of the cluster at `redis_url`: a service given the
+    proxy's address reads the slot map through it, then reaches the nodes directly."""
+    port = urlsplit(redis_url).port
+    assert port is not None, redis_url
+    return CuttingProxy(port)
+
+
 @pytest.mark.backends("cluster")
 async def test_a_cluster_start_rides_out_a_connection_cut_while_it_reads_the_slot_map(
     redis_url: str, redis_client: RedisClient
@@ -113,8 +122,7 @@ async def test_a_cluster_start_rides_out_a_connection_cut_while_it_reads_the_slo
     clients, a reset) reads it again: the cluster is there. Before, the one cut failed the
     start with RedisUnavailableError, as the chaos run's producer saw on a cluster whose
     nodes closed connections; a standalone client's PING had redis-py's retries."""
-    host_port = redis_url.removeprefix("redis+cluster://").split("/")[0]
-    async with CuttingProxy(int(host_port.rsplit(":", 1)[1])) as proxy:
+    async with proxy_before_cluster(redis_url) as proxy:
         service = (
             EventService.builder()
             .url(f"redis+cluster://127.0.0.1:{proxy.port}")
@@ -156,8 +164,7 @@ async def test_a_cluster_that_does_not_answer_is_asked_once(
     """A slot map read that outlives the reply deadline is not sent again: the start fails
     after one deadline, not three."""
     monkeypatch.setattr(aioqueue._transport.client, "REPLY_TIMEOUT", 0.5)
-    host_port = redis_url.removeprefix("redis+cluster://").split("/")[0]
-    async with CuttingProxy(int(host_port.rsplit(":", 1)[1])) as proxy:
+    async with proxy_before_cluster(redis_url) as proxy:
         proxy.hold_replies()
         service = EventService.builder().url(f"redis+cluster://127.0.0.1:{proxy.port}").build()
         with pytest.raises(RedisUnavailableError, match="TimeoutError"):
