@@ -11,7 +11,8 @@ schedules every event before the window opens. While events come due the driver
 
 - SIGKILLs a random worker every few seconds and starts a new one in its place,
 - cuts random proxied connections (a TCP reset on both sides) several times a second,
-- SIGKILLs the server once, in the middle of the window, and starts it again on its data;
+- SIGKILLs the server once, in the middle of the window (of what is left of it, when
+  scheduling ran late), and starts it again on its data;
 - with `--restart-every`, stops a random worker with SIGTERM every few seconds and starts a
   new one in its place: a rolling restart, which must spend no attempt.
 
@@ -88,7 +89,12 @@ from chaos_flow import (
     plan_flow_events,
     rate_limit_for,
 )
-from chaos_leases import late_after_kills, read_deliveries, unbegun_attempts
+from chaos_leases import (
+    late_after_kills,
+    read_deliveries,
+    read_lapsed_not_begun,
+    unbegun_attempts,
+)
 from chaos_pool import WORKER_READY_TIMEOUT, WorkerPool
 from chaos_report import (
     SLICES,
@@ -266,7 +272,12 @@ async def drive(args: argparse.Namespace) -> Report:
             # after the window opened: on a loaded machine (the suite's server matrix beside
             # other files) scheduling outlasted the lead, and the faults, timed by the due
             # window alone, came too few to test anything (no worker killed in some runs).
-            chaos_until = max(window_opens, time.monotonic()) + args.window + 1.0
+            faults_begin = max(window_opens, time.monotonic())
+            chaos_until = faults_begin + args.window + 1.0
+            # The server's crash halfway through what is left of the due window: timed by the
+            # window alone, after such a late start it came as the faults began, before the
+            # durable producer's first enqueue had returned.
+            crash_at = faults_begin + max(0.0, window_opens + args.window - faults_begin) / 2
             durable = None
             if args.replicas and args.durable_rate > 0:
                 durable = DurableProducer(args.durable_rate, args.replicas)
@@ -297,7 +308,7 @@ async def drive(args: argparse.Namespace) -> Report:
                             restart_server,
                             target,
                             chaos,
-                            window_opens + args.window / 2,
+                            crash_at,
                             args.server_stop,
                             rng,
                         )
@@ -320,6 +331,7 @@ async def drive(args: argparse.Namespace) -> Report:
             target.count_cuts(chaos)
             tg.cancel_scope.cancel()
         calls, torn = read_deliveries(logs)
+        lapsed_not_begun = read_lapsed_not_begun(logs)
         flow = analyse_flow(
             logs,
             rate_limit=rate_limit,
@@ -351,7 +363,7 @@ async def drive(args: argparse.Namespace) -> Report:
         if chaos.server_restarts
         else None
     )
-    unbegun = unbegun_attempts(calls, chaos.kills_ms, args.lease * 1000, crash_ms)
+    unbegun = unbegun_attempts(calls, chaos.kills_ms, args.lease * 1000, crash_ms, lapsed_not_begun)
     tick_ms = round(TICK_SECONDS * 1000)
     expected_ticks = (ticks[-1] - ticks[0]) // tick_ms + 1 if ticks else 0
     expected = {event.id for event in events}
@@ -399,6 +411,7 @@ async def drive(args: argparse.Namespace) -> Report:
         else killed.latest_kill_ms - chaos.server_restart_at_ms,
         latest_after_kill_calls=killed.latest_calls,
         unbegun_spent=unbegun.spent,
+        unbegun_held_up=unbegun.held_up,
         unbegun_unexplained=unbegun.unexplained,
         unbegun_examples=unbegun.examples,
         invented=len(handed_out - expected),

@@ -1,17 +1,23 @@
 """How the chaos run judges the lease protocol from the handler calls its workers log: the
 events a killed worker had begun must be due again within the bound after the kill, and no
-attempt may be spent without a handler call unless a kill or the server's crash explains it.
+attempt may be spent without a handler call unless a kill, the server's crash, or the worker
+itself explains it (it gave back what it claimed and was held up past the lease of before it
+could begin, and says so).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from chaos_worker import SCHEDULING_INTERVAL
 
-from aioqueue._delivery.leases import RENEWALS_PER_LEASE
+from aioqueue._delivery.leases import NOT_BEGUN_AFTER_LAPSE, RENEWALS_PER_LEASE
+
+# An event a worker's warning names: 'c-000123' (attempt 2).
+_NAMED_ATTEMPT = re.compile(r"'([^']+)' \(attempt (\d+)\)")
 
 
 class Call(NamedTuple):
@@ -52,6 +58,18 @@ def read_deliveries(logs: Path) -> tuple[list[Call], int]:
                 )
             )
     return calls, torn
+
+
+def read_lapsed_not_begun(logs: Path) -> set[tuple[str, int]]:
+    """The (event id, attempt) pairs the workers gave back unbegun because their leases may
+    have ended before a handler could begin them (their warnings, in `<worker>.stderr`)."""
+    given_back: set[tuple[str, int]] = set()
+    for path in sorted(logs.glob("*.stderr")):
+        for line in path.read_text(errors="replace").splitlines():
+            if NOT_BEGUN_AFTER_LAPSE in line:
+                named = line.partition(NOT_BEGUN_AFTER_LAPSE)[0]
+                given_back.update((id_, int(n)) for id_, n in _NAMED_ATTEMPT.findall(named))
+    return given_back
 
 
 def calls_by_event(calls: Sequence[Call]) -> dict[str, list[Call]]:
@@ -152,8 +170,12 @@ class UnbegunAttempts(NamedTuple):
     """Attempts counted and spent that no handler began (see unbegun_attempts)."""
 
     spent: int
+    held_up: int
+    """Of those, the ones their worker gave back, held up past their lease before it could
+    begin them (see read_lapsed_not_begun)."""
     unexplained: int
-    """Of those, the ones that no kill and no server crash explains (must be 0)."""
+    """Of those, the ones that no kill, no server crash and no such hold-up explains (must
+    be 0)."""
     examples: list[str]
     """The first few unexplained ones, each with its event's handler calls."""
 
@@ -163,6 +185,7 @@ def unbegun_attempts(
     kills_ms: dict[str, float],
     lease_ms: float,
     crash_ms: tuple[float, float] | None,
+    lapsed_not_begun: set[tuple[str, int]] | None = None,
 ) -> UnbegunAttempts:
     """The attempts a claim spent while no handler began them: gaps in an event's attempt
     numbers, before its first handled attempt or between two. A worker killed after its
@@ -178,11 +201,14 @@ def unbegun_attempts(
     half a lease of slack for a busy process, or up to a lease before it for a renewal sent
     before the kill that the server ran after it (the late counter's second lease). The
     server's crash explains a gap whose lease began from two leases before the crash to two
-    leases after the server was back (the consumer tries again for a lease)."""
+    leases after the server was back (the consumer tries again for a lease). An attempt in
+    `lapsed_not_begun` (read_lapsed_not_begun) is explained by its worker: held up past its
+    lease, it did not begin it, and another worker's dispatch had taken it again."""
     by_event = calls_by_event(calls)
     period_ms = lease_ms / RENEWALS_PER_LEASE
     kills = sorted(kills_ms.values())
-    spent = unexplained = 0
+    given_back = lapsed_not_begun or set()
+    spent = held_up = unexplained = 0
     examples: list[str] = []
     for event_id, event_calls in by_event.items():
         due_by_attempt: dict[int, int] = {}
@@ -190,8 +216,11 @@ def unbegun_attempts(
             due_by_attempt.setdefault(call.attempt, call.delivery_due_ms)
         previous = 0
         for attempt in sorted(due_by_attempt):
-            if attempt > previous + 1:
-                spent += attempt - previous - 1
+            skipped_attempts = range(previous + 1, attempt)
+            worker_said = sum((event_id, skip) in given_back for skip in skipped_attempts)
+            spent += len(skipped_attempts)
+            held_up += worker_said
+            if len(skipped_attempts) > worker_said:
                 began = due_by_attempt[attempt] - lease_ms
                 killed = any(
                     began - lease_ms <= kill <= began + period_ms + lease_ms / 2 for kill in kills
@@ -200,7 +229,7 @@ def unbegun_attempts(
                     crash_ms[0] - 2 * lease_ms <= began <= sum(crash_ms) + 2 * lease_ms
                 )
                 if not (killed or crashed):
-                    unexplained += attempt - previous - 1
+                    unexplained += len(skipped_attempts) - worker_said
                     if len(examples) < 5:
                         history = ", ".join(
                             f"attempt {call.attempt} on {call.worker} due {call.delivery_due_ms}"
@@ -212,4 +241,4 @@ def unbegun_attempts(
                             f"{began:.0f}; calls: {history}"
                         )
             previous = attempt
-    return UnbegunAttempts(spent, unexplained, examples)
+    return UnbegunAttempts(spent, held_up, unexplained, examples)

@@ -85,9 +85,12 @@ class Report:
     unbegun_spent: int
     """Attempts counted and spent that no handler began (see unbegun_attempts in
     chaos_leases.py)."""
+    unbegun_held_up: int
+    """Of those, the ones their worker gave back unbegun, held up past their lease before
+    it could begin them (it logs them)."""
     unbegun_unexplained: int
-    """Of those, the ones no kill and no server crash explains (the claim receipts: must be
-    0)."""
+    """Of those, the ones no kill, no server crash and no such hold-up explains (the claim
+    receipts: must be 0)."""
     unbegun_examples: list[str]
     """The first few unexplained ones, with their events' handler calls."""
     invented: int
@@ -226,8 +229,9 @@ def print_report(report: Report) -> None:
         for line in report.latest_after_kill_calls:
             print(f"               {line}")
     print(
-        f"  unbegun:     {report.unbegun_spent} attempts spent with no handler call, "
-        f"{report.unbegun_unexplained} not explained by a kill or the server's crash"
+        f"  unbegun:     {report.unbegun_spent} attempts spent with no handler call "
+        f"({report.unbegun_held_up} given back by a worker held up past their lease), "
+        f"{report.unbegun_unexplained} not explained by a kill, the server's crash or that"
     )
     for line in report.unbegun_examples:
         print(f"               {line}")

@@ -5,7 +5,9 @@ concurrent callers share one), debounced replace (max_wait), cancel,
 reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
 payload's `n` is the key), dispatch, claim, a claim whose reply is lost and the same call
 sent again, success, failure, crash, lease renewal, a
-stopping worker's hand-back (of an attempt no handler began, and of one cut off), a batch
+stopping worker's hand-back (of an attempt no handler began, and of one cut off; a worker held
+up past its lease hands back the same way, before or after a dispatch took the event
+again), a batch
 handler's outcome for everything held at once (failures settled one by one, the successes
 acknowledged by the claim that takes the next batch, in one call),
 browsing (a walk through pending() whose pages interleave with the other operations, see
@@ -222,6 +224,19 @@ LOST_REPLY_SENT_AFTER_A_LATER_CLAIM = [
     step("claim"),
 ]
 
+
+# A worker held up past its lease before its handler began gives the attempt back rather
+# than begin it (aioqueue/_delivery/leases.py, Lease.held_until): once a dispatch took the
+# event again (attempt 1 spent, attempt 2 pushed) the hand-back gives nothing back and
+# attempt 2 is the next claim's; before any dispatch it goes back uncounted, as a stopping
+# worker's does.
+def held_up_past_the_lease(*, taken_again: bool) -> list[Step]:
+    handed_back, dispatched = step("hand-back"), step("dispatch")
+    meanwhile = [dispatched, handed_back] if taken_again else [handed_back, dispatched]
+    lapsed = [step("enqueue", "a"), step("dispatch"), step("claim", lease_ms=0)]
+    return [*lapsed, *meanwhile, step("claim"), step("success")]
+
+
 SETTINGS = settings(
     max_examples=200,
     deadline=None,
@@ -258,6 +273,8 @@ def run_and_check(url: str, steps: list[Step], *, serial_keys: bool) -> None:
 @example(steps=LOST_REPLY_WITHIN_THE_LEASE)
 @example(steps=LOST_REPLY_SENT_AFTER_A_LATER_CLAIM)
 @example(steps=LOST_REPLY_GIVEN_BACK_BY_A_STOPPING_CONSUMER)
+@example(steps=held_up_past_the_lease(taken_again=True))
+@example(steps=held_up_past_the_lease(taken_again=False))
 def test_no_sequence_of_operations_loses_or_invents_an_event(
     redis_server: EmbeddedServer, steps: list[Step]
 ) -> None:

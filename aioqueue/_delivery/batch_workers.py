@@ -7,6 +7,8 @@ their partition, which acknowledges them and takes the next batch in the same ca
 
 from __future__ import annotations
 
+import time
+
 import anyio
 
 from aioqueue._model.batches import Batching
@@ -15,6 +17,7 @@ from .batch_runner import BatchRunner
 from .handler_runner import NotStarted, Succeeded
 from .handoff import Handoff
 from .takers import Claim, Partition
+from .threaded_calls import LeaseLapsed
 from .worker_base import WorkerParts, Workers
 
 __all__ = ["BatchWorkers"]
@@ -45,9 +48,22 @@ class BatchWorkers(Workers[BatchRunner]):
                 return
             batch = [first]
             stopping = await self._gather(claims, batch)
+            now = time.monotonic()
+            lapsed = [claim.lease for claim in batch if now >= claim.lease.held_until]
+            if lapsed:
+                # Their handler would begin after their leases may have ended (see Lease).
+                batch = [claim for claim in batch if now < claim.lease.held_until]
+                await self._leases.give_back_lapsed(lapsed, now)
+                self._slots.release(len(lapsed))
+                if not batch:
+                    continue
             leases = [claim.lease for claim in batch]
             try:
                 succeeded = await self.runner.run(leases)
+            except LeaseLapsed:
+                await self._leases.give_back_lapsed(leases, time.monotonic())
+                self._slots.release(len(leases))
+                continue
             except NotStarted:
                 # The consumer stopped taking while the call waited for a thread.
                 await self._leases.hand_back(leases)

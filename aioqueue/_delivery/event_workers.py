@@ -17,6 +17,7 @@ from .handler_runner import HandlerRunner, NotStarted
 from .handler_timeouts import TimeoutLane
 from .handoff import Handoff
 from .takers import Claim
+from .threaded_calls import LeaseLapsed
 from .worker_base import WorkerParts, Workers
 
 __all__ = ["EventWorkers"]
@@ -78,8 +79,18 @@ class EventWorkers(Workers[HandlerRunner]):
     async def _work_in_lane(self, claims: Handoff[Claim | None], lane: TimeoutLane) -> None:
         while (claim := await claims.get()) is not None:
             lease = claim.lease
+            now = time.monotonic()
+            if now >= lease.held_until:
+                # The handler would begin after the lease may have ended (see Lease).
+                await self._leases.give_back_lapsed([lease], now)
+                self._slots.release(1)
+                continue
             try:
                 succeeded = await self.runner.run(lease, lane)
+            except LeaseLapsed:
+                await self._leases.give_back_lapsed([lease], time.monotonic())
+                self._slots.release(1)
+                continue
             except NotStarted:
                 # The consumer stopped taking while this call waited for a thread: give it
                 # back now, not when the calls that did start are over.

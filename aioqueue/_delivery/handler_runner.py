@@ -64,6 +64,7 @@ class _Call(msgspec.Struct, gc=False, eq=False):
             envelope.attempt,
             self.max_attempts,
             died_at_from_ms(envelope.due_at),
+            died_at_from_ms(lease.claimed_at_ms),
             timedelta(0, lease.lateness(started)),  # positional: a third faster than seconds=
             MappingProxyType(envelope.context),
         )

@@ -6,13 +6,16 @@ it is the worker's for one lease: its schedule score is the lease's end. A live 
 the leases of everything it holds every third of the lease, in one pipelined call for all its
 queues, so a lease can be a few seconds while a handler runs as long as its handler timeout;
 a worker that dies or loses Redis stops renewing, and its events are due again within one
-lease. A stopping worker gives back at once what no handler began (the attempt uncounted)
-and, once its grace is over, what its handlers were cut off in (the attempt spent). The
-scripts, and the rules they follow, are in lua/_leases.lua.
+lease. A handler begins only while its worker knows the lease still runs (Lease.held_until):
+one held up past it gives the event back instead, since another worker may have taken it
+again by then. A stopping worker gives back at once what no handler began (the attempt
+uncounted) and, once its grace is over, what its handlers were cut off in (the attempt
+spent). The scripts, and the rules they follow, are in lua/_leases.lua.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -24,7 +27,13 @@ from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.store import GivenBack, QueueStore, renew_leases
 
-__all__ = ["HAND_BACK_TIMEOUT", "RENEWALS_PER_LEASE", "Lease", "Leases"]
+__all__ = [
+    "HAND_BACK_TIMEOUT",
+    "NOT_BEGUN_AFTER_LAPSE",
+    "RENEWALS_PER_LEASE",
+    "Lease",
+    "Leases",
+]
 
 # A lease is renewed this many times over its length, so that one renewal lost with a
 # connection, or a loop that stalled for a moment, still leaves time for the next.
@@ -32,6 +41,11 @@ RENEWALS_PER_LEASE = 3
 # A hand-back runs while the service stops, shielded; this bounds it when Redis is gone (the
 # attempts then come back when their leases end, as a dead worker's would).
 HAND_BACK_TIMEOUT = 5.0
+# Events a warning of leases that lapsed before their handlers began names (a batch's are
+# hundreds): as many as a chaos run's batch holds, whose analysis reads them.
+NAMED_IN_A_WARNING = 20
+# What that warning says of them, after their ids and attempts.
+NOT_BEGUN_AFTER_LAPSE = "not begun: their leases may have ended"
 
 
 class Lease(msgspec.Struct, gc=False, eq=False):
@@ -47,6 +61,11 @@ class Lease(msgspec.Struct, gc=False, eq=False):
     """When it was claimed, on the server's clock (ms)."""
     claimed_at: float
     """When it was claimed, on this process's monotonic clock."""
+    held_until: float
+    """Until when (monotonic) the lease surely runs: one lease from when the call that
+    claimed it, or that last renewed it, was sent, since the server ran that call no
+    earlier. No handler begins it later (see Leases.give_back_lapsed): by then the lease
+    may have ended and the event be another worker's."""
     started: float | None = None
     """When (monotonic) its handler began; None while none has."""
 
@@ -69,9 +88,14 @@ class Leases:
         self._lease_ms = lease_ms
         self._held: dict[QueueStore, set[Lease]] = {}
 
-    def hold(self, store: QueueStore, envelope: Envelope, claimed_at_ms: int) -> Lease:
-        """A claimed attempt: renewed from now on, until end()."""
-        lease = Lease(store, envelope, claimed_at_ms, time.monotonic())
+    def hold(
+        self, store: QueueStore, envelope: Envelope, claimed_at_ms: int, sent_at: float
+    ) -> Lease:
+        """A claimed attempt, whose claim was first sent at `sent_at` (monotonic): renewed
+        from now on, until end()."""
+        lease = Lease(
+            store, envelope, claimed_at_ms, time.monotonic(), sent_at + self._lease_ms / 1000
+        )
         held = self._held.get(store)
         if held is None:
             held = self._held[store] = set()
@@ -113,10 +137,14 @@ class Leases:
             store.renewal([lease.envelope for lease in leases], self._lease_ms)
             for store, leases in batches
         ]
+        held_until = time.monotonic() + self._lease_ms / 1000
         replies = await renew_leases(self._client, renewals)
         for (store, leases), lost in zip(batches, replies, strict=True):
+            for lease in leases:
+                lease.held_until = held_until
             for position in lost:
                 lease = leases[position - 1]
+                lease.held_until = -math.inf  # not to be begun: it is someone else's
                 self.end(lease)
                 logger.info(
                     "%s %r (attempt %d) is no longer this worker's: settled, cancelled or "
@@ -125,6 +153,32 @@ class Leases:
                     lease.envelope.id,
                     lease.envelope.attempt,
                 )
+
+    async def give_back_lapsed(self, leases: Sequence[Lease], now: float) -> None:
+        """Gives back, uncounted, claimed attempts whose handlers were about to begin after
+        their leases may have ended (`now` is past `held_until`): this process was held up
+        longer than a lease since it claimed or last renewed them (a loop blocked, a machine
+        starved of CPU, Redis out of reach), and the server may have handed them to another
+        worker meanwhile. Begun here, a handler would then run beside that worker's, two
+        calls of one serial key at once. The hand-back gives back only what is still this
+        service's (see hand_back.lua): an event taken again elsewhere is left to its new
+        worker."""
+        overdue = now - min(lease.held_until for lease in leases)
+        named = ", ".join(
+            f"{lease.envelope.id!r} (attempt {lease.envelope.attempt})"
+            for lease in leases[:NAMED_IN_A_WARNING]
+        )
+        more = len(leases) - NAMED_IN_A_WARNING
+        logger.warning(
+            f"%s %s%s {NOT_BEGUN_AFTER_LAPSE} before their handlers could begin (%s; this "
+            "process was held up, or Redis out of reach, since it claimed or last renewed "
+            "them); given back",
+            leases[0].envelope.event_type,
+            named,
+            f" and {more} more" if more > 0 else "",
+            "taken again elsewhere" if math.isinf(overdue) else f"{overdue:.3g} s ago",
+        )
+        await self.hand_back(leases)
 
     async def hand_back(self, leases: Sequence[Lease], cut_off: str | None = None) -> None:
         """Gives `leases` back, due now (shielded; bounded by HAND_BACK_TIMEOUT): with

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -147,6 +148,9 @@ class Takers:
                     # the handlers of the events it brings run.
                     self._on_claiming(partition.ready_left - count)
                 receipt = ClaimReceipt(self._taker_name, next(self._claims_sent))
+                # No sooner than this the server ran the claim, even sent again: its leases
+                # surely run until a lease from now (see Lease.held_until).
+                sent_at = time.monotonic()
                 try:
                     claimed = await self._claim(partition, count, succeeded, receipt, errors)
                 except REDIS_ERRORS as exc:
@@ -166,7 +170,7 @@ class Takers:
                 for success in succeeded:
                     self._leases.end(success.lease)
                     self._acknowledged(success)
-                held = self._hold(store, claimed)
+                held = self._hold(store, claimed, sent_at)
                 self._slots.release(granted + len(succeeded) - len(held))
                 partition.ready_left = claimed.ready_left
                 for lease in held:
@@ -195,8 +199,9 @@ class Takers:
             succeeded, partition.succeeded = partition.succeeded, []
             await self.acknowledge_apart(partition, succeeded)
 
-    def _hold(self, store: QueueStore, claimed: Claimed) -> list[Lease]:
-        """The claimed attempts, each held (renewed) from now on."""
+    def _hold(self, store: QueueStore, claimed: Claimed, sent_at: float) -> list[Lease]:
+        """The claimed attempts, each held (renewed) from now on; `sent_at` is when their
+        claim was first sent (monotonic)."""
         held = []
         for raw in claimed.envelopes:
             try:
@@ -207,7 +212,7 @@ class Takers:
                 # when its lease ends, until it is buried as lost.
                 logger.error("%s: unusable envelope %r: %s", store.event_type, raw, exc)
                 continue
-            held.append(self._leases.hold(store, envelope, claimed.server_now_ms))
+            held.append(self._leases.hold(store, envelope, claimed.server_now_ms, sent_at))
         return held
 
     async def _claim(
@@ -256,7 +261,8 @@ class Takers:
                 )
             except REDIS_ERRORS:
                 return
-            held = self._hold(partition.store, claimed)
+            # Given back at once, never begun: how long they surely run does not matter.
+            held = self._hold(partition.store, claimed, time.monotonic())
             if held:
                 await self._leases.hand_back(held)
 

@@ -38,6 +38,7 @@ from aioqueue._transport.recovery import logger
 from .leases import Lease
 
 __all__ = [
+    "LeaseLapsed",
     "NotStarted",
     "ThreadedCalls",
     "ThreadedResult",
@@ -50,6 +51,11 @@ __all__ = [
 
 class NotStarted(Exception):
     """The call was waiting for a thread when its service stopped: no handler began."""
+
+
+class LeaseLapsed(NotStarted):
+    """The call waited for a thread until a lease of its events may have ended (see
+    Lease.held_until): no handler began, and none may now."""
 
 
 def is_async_handler(handler: object) -> bool:
@@ -139,6 +145,8 @@ class ThreadedCalls:
             raise NotStarted
         try:
             started = time.monotonic()
+            if any(started >= lease.held_until for lease in leases):
+                raise LeaseLapsed
             for lease in leases:
                 lease.started = started
             outcome: ThreadedResult | None = None

@@ -439,7 +439,13 @@ def test_the_records_of_each_event_in_flight_are_left_to_reference_counting() ->
 
     def records() -> list[object]:
         envelope = Envelope.parse('{"p":"{}","v":1}', event_type="PaymentCheck", event_id="p-1")
-        lease = Lease(store=None, envelope=envelope, claimed_at_ms=0, claimed_at=0.0)  # type: ignore[arg-type]
+        lease = Lease(
+            store=None,  # type: ignore[arg-type]
+            envelope=envelope,
+            claimed_at_ms=0,
+            claimed_at=0.0,
+            held_until=0.0,
+        )
         return [
             envelope,
             lease,

@@ -256,8 +256,8 @@ async def test_a_stopping_worker_gives_back_at_once_what_no_handler_began(
 
 async def test_a_handler_reads_its_delivery(service_builder: Builder) -> None:
     """current_delivery() in an async and in a sync handler: the type, id, attempt (1, then
-    2 after a failure), the maximum, when the attempt was due and how late it started;
-    outside a handler, a clear error."""
+    2 after a failure), the maximum, when the attempt was due, when it was claimed and how
+    late it started; outside a handler, a clear error."""
     seen: list[Delivery] = []
 
     async def fails_once(event: PaymentCheck) -> bool:
@@ -293,6 +293,13 @@ async def test_a_handler_reads_its_delivery(service_builder: Builder) -> None:
         assert abs(first.due_at - due) < timedelta(milliseconds=2)
         assert second.due_at - first.due_at >= timedelta(seconds=0.2)
         assert timedelta(0) <= first.lateness < timedelta(seconds=1)
+        # Claimed on the server's clock, to the millisecond, after it was due and no later
+        # than the handler began.
+        for delivery in (first, second):
+            assert delivery.claimed_at.tzinfo is timezone.utc
+            assert delivery.due_at <= delivery.claimed_at
+            assert delivery.claimed_at - delivery.due_at <= delivery.lateness
+        assert second.claimed_at - first.claimed_at >= timedelta(seconds=0.2)
         due += timedelta(seconds=1)
     with pytest.raises(OutsideHandlerError, match="only available while a handler runs"):
         current_delivery()
@@ -308,6 +315,7 @@ def test_a_delivery_described_on_demand_is_the_one_its_constructor_makes() -> No
         "attempt": 2,
         "max_attempts": 5,
         "due_at": due_at,
+        "claimed_at": due_at + timedelta(milliseconds=5),
         "lateness": timedelta(milliseconds=7),
         "context": MappingProxyType({"trace": "abc"}),
     }

@@ -23,14 +23,22 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import pathlib
 import subprocess
 import sys
+import time
 from types import ModuleType
 from typing import Any, NamedTuple
 
 import pytest
+
+from aioqueue._delivery.leases import NAMED_IN_A_WARNING, Leases
+from aioqueue._transport.client import RedisClient
+from aioqueue._wire.envelope import Envelope
+from aioqueue._wire.keys import QueueLayout
+from aioqueue._wire.store import QueueStore
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHAOS = REPO_ROOT / "benchmarks" / "chaos.py"
@@ -257,13 +265,14 @@ def test_the_lease_counter_leaves_untimed_a_next_attempt_that_no_handler_began(
     ]
 
 
-def test_the_unbegun_counter_explains_a_gap_only_by_a_kill_or_the_crash(
+def test_the_unbegun_counter_explains_a_gap_only_by_a_kill_the_crash_or_its_worker(
     chaos_leases: ModuleType,
 ) -> None:
     """An attempt spent with no handler call is explained by a worker killed while it could
     hold the attempt (from a lease before the attempt's lease began, for a renewal the server
-    ran late, to a renewal period and half a lease after), or by the server's crash; any
-    other is counted, and named, since a lost claim reply must not spend one."""
+    ran late, to a renewal period and half a lease after), by the server's crash, or by its
+    worker's warning that it gave it back unbegun, held up past its lease; any other is
+    counted, and named, since a lost claim reply must not spend one."""
     Call, unbegun_attempts = chaos_leases.Call, chaos_leases.unbegun_attempts
 
     calls = [
@@ -284,3 +293,44 @@ def test_the_unbegun_counter_explains_a_gap_only_by_a_kill_or_the_crash(
     # (more than a renewal period and half a lease) explains nothing.
     unbegun = unbegun_attempts(calls, {**kills, "w3": 6_100.0}, lease_ms=1_000, crash_ms=None)
     assert unbegun.unexplained == 2
+    # e-2's attempt 1 was given back unbegun by its worker, held up past its lease: its
+    # worker's warning explains it.
+    unbegun = unbegun_attempts(
+        calls, kills, lease_ms=1_000, crash_ms=(8_000.0, 1_000.0), lapsed_not_begun={("e-2", 1)}
+    )
+    assert (unbegun.spent, unbegun.held_up, unbegun.unexplained) == (3, 1, 0)
+
+
+@pytest.mark.backends("standalone")
+async def test_the_unbegun_counter_reads_what_a_held_up_worker_gave_back(
+    chaos_leases: ModuleType,
+    redis_client: RedisClient,
+    tmp_path: pathlib.Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker that gives back attempts whose leases may have ended before their handlers
+    began names each in its warning (id and attempt, up to NAMED_IN_A_WARNING of them): the
+    chaos run reads them back from the worker's stderr."""
+    leases = Leases(redis_client, lease_ms=1_000)
+    store = QueueStore(
+        redis_client, QueueLayout("chaos", "PaymentCheck").all_keys[0], "PaymentCheck"
+    )
+    held = [
+        leases.hold(
+            store,
+            Envelope.parse(
+                '{"p":"{}","v":1,"attempt":2}', event_type="PaymentCheck", event_id=f"e-{n}"
+            ),
+            0,
+            sent_at=0.0,
+        )
+        for n in range(NAMED_IN_A_WARNING + 5)
+    ]
+    caplog.set_level(logging.WARNING, logger="aioqueue")
+    await leases.give_back_lapsed(held, time.monotonic())
+    stderr = "\n".join(record.getMessage() for record in caplog.records)
+    (tmp_path / "w0-1.stderr").write_text(f"something else\n{stderr}\n")
+
+    named = chaos_leases.read_lapsed_not_begun(tmp_path)
+    assert named == {(f"e-{n}", 2) for n in range(NAMED_IN_A_WARNING)}
+    assert "and 5 more" in stderr

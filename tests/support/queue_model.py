@@ -330,7 +330,7 @@ class QueueModel(Claiming, Settling):
             self.succeed(held)
         elif outcome == "crash":
             pass  # nothing is settled: only the lease the claim set remains
-        elif outcome == "hand-back":  # its worker stops before the handler began
+        elif outcome == "hand-back":  # its worker stops, or is held up past the lease, unbegun
             self.hand_back(held, cut_off=None)
         elif outcome == "cut-off":  # its worker stops after its grace, the handler cut off
             self.hand_back(held, cut_off=f"attempt {held.attempt} was cut off")
