@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from ._embedded import HOST, EmbeddedProcess
+from ._readiness import answers_as
 
 __all__ = ["EmbeddedServer", "ServerNotFoundError", "TlsFiles", "find_server_binary", "free_port"]
 
@@ -201,10 +202,11 @@ class EmbeddedServer(EmbeddedProcess):
         return self.directory / _LOG_NAME
 
     def start(self, timeout: float = 10.0) -> None:
-        """Start the server and return once it answers PING.
+        """Start the server and return once it answers PING, as the process started here
+        (the pid in INFO: another server holding the port answers PING too).
 
-        Raises RuntimeError, with the tail of the server log, if it exits or does not answer
-        within `timeout` seconds.
+        Raises RuntimeError, with the tail of the server log, if it exits (a port another
+        process holds among the reasons) or does not answer within `timeout` seconds.
         """
         if self.pid is not None:
             raise RuntimeError(f"{self!r} is already running")
@@ -310,36 +312,15 @@ class EmbeddedServer(EmbeddedProcess):
                     f"server {self.binary} did not answer PING on port {self.port} within "
                     f"{timeout} s; {self._log_tail()}"
                 )
-            if self._answers_ping(min(remaining, 1.0)):
+            if self._answers_ping(process, min(remaining, 1.0)):
                 return
             # A starting process offers nothing to wait on, so poll at a short interval.
             time.sleep(_POLL_INTERVAL)
 
-    def _answers_ping(self, timeout: float) -> bool:
-        # A few bytes of RESP need no client library; the reply to PING is -LOADING until the
-        # AOF is replayed.
-        commands: list[tuple[str, ...]] = [("PING",)]
-        if self.password is not None:
-            commands.insert(0, ("AUTH", self.password))
-        try:
-            conn = socket.create_connection((self.host, self.port), timeout=timeout)
-            try:
-                if self.tls is not None:
-                    # The TLS socket takes the connection over (and closes it).
-                    context = ssl.create_default_context(cafile=str(self.tls.ca))
-                    conn = context.wrap_socket(conn, server_hostname=self.host)
-                conn.sendall(b"".join(_resp(*command) for command in commands))
-                reply = b""
-                while reply.count(b"\r\n") < len(commands):
-                    chunk = conn.recv(64)
-                    if not chunk:
-                        return False
-                    reply += chunk
-            finally:
-                conn.close()
-        except OSError:  # ssl.SSLError included
-            return False
-        return reply.split(b"\r\n")[len(commands) - 1].startswith(b"+PONG")
+    def _answers_ping(self, process: subprocess.Popen[bytes], timeout: float) -> bool:
+        # The TLS context trusts the CA the server's certificate was signed with.
+        context = ssl.create_default_context(cafile=str(self.tls.ca)) if self.tls else None
+        return answers_as(process.pid, (self.host, self.port), self.password, context, timeout)
 
     def _log_tail(self) -> str:
         try:
@@ -348,14 +329,6 @@ class EmbeddedServer(EmbeddedProcess):
             return f"server log {self.log_path} unreadable: {error}"
         tail = "\n".join(lines[-_LOG_TAIL_LINES:])
         return f"last lines of {self.log_path}:\n{tail}"
-
-
-def _resp(*parts: str) -> bytes:
-    """One command in the Redis protocol."""
-    encoded = [part.encode() for part in parts]
-    return f"*{len(encoded)}\r\n".encode() + b"".join(
-        b"$%d\r\n%s\r\n" % (len(part), part) for part in encoded
-    )
 
 
 class _OwnerWatch:

@@ -145,6 +145,29 @@ def test_failed_start_reports_the_server_log() -> None:
     assert not server.directory.exists()
 
 
+async def test_a_start_on_a_port_another_server_holds_fails_rather_than_pass_for_started(
+    server_factory: ServerFactory,
+) -> None:
+    """A server started on a port another one holds (its port given to a stranger while it
+    was down, and started again on it) cannot bind, and the stranger answers PING in its
+    place: the start must fail, not return as if the stranger were this server (it did,
+    whenever the stranger answered before the new process had exited)."""
+    holder = server_factory()
+    async with redis.Redis.from_url(holder.url) as client:
+        await client.set(KEY, b"the holder's")
+    latecomer = EmbeddedServer(port=holder.port, binary=holder.binary)
+    try:
+        with pytest.raises(
+            RuntimeError, match=f"exited with code 1 before answering on port {holder.port}"
+        ) as failed:
+            latecomer.start(timeout=10.0)
+        assert "Address already in use" in str(failed.value)  # the log's tail says why
+        assert latecomer.pid is None
+    finally:
+        latecomer.stop()
+    assert await read_key(holder) == b"the holder's"
+
+
 # A process that owns a server and would stop it on a normal exit, but gets SIGTERM instead:
 # no `finally`, `__exit__` or atexit hook runs. It prints the pids to watch and waits.
 OWNER_SCRIPT = """
