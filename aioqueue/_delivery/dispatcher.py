@@ -78,9 +78,9 @@ class Dispatcher:
     Sleeping is a local timer, because a blocking command's timeout inside Redis is only as
     precise as the server's cron (100 ms at the default hz). It wakes for one queue when
     another process's enqueue brings that queue's earliest due time forward (its message,
-    see wake_ups.py), when this service's own enqueue does (`wake_for`), and when the
-    service's sweep finds a queue due sooner than planned (`saw_earliest`): an idle queue
-    costs no call at all, however many there are.
+    see wake_ups.py), when this service's own enqueue does (`wake_for`, for the queues of
+    that type only), and when the service's sweep finds a queue due sooner than planned
+    (`saw_earliest`): an idle queue costs no call at all, however many there are.
     """
 
     def __init__(
@@ -109,6 +109,10 @@ class Dispatcher:
         """Queues whose ready list was too full for another call at the last pass."""
         self._woken: set[str] = set()
         """Queues woken since the current pass began: dispatched at the next one."""
+        self._brought_forward: dict[str, float] = {}
+        """Queues found due sooner since the current pass began (an enqueue of this service,
+        a sweep), and when: merged into _next_call at the next pass, so that a pass under way
+        does not overwrite them with what its own calls' replies (perhaps older) said."""
         self._all_woken = False
         """Every queue is dispatched at the next pass (a handler was added, for example)."""
         self._set_aside: dict[str, _SetAside] = {}
@@ -155,14 +159,23 @@ class Dispatcher:
     def saw_earliest(self, schedule_key: str, earliest_ms: int | None, server_now_ms: int) -> None:
         """A sweep read the queue's earliest score: dispatch it then, if that is sooner than
         planned (an enqueue whose wake-up went unheard)."""
-        if earliest_ms is None:
-            return
-        due_in = max(0.0, (earliest_ms - server_now_ms + 1) / 1000)
+        if earliest_ms is not None:
+            self._bring_forward((schedule_key,), max(0.0, (earliest_ms - server_now_ms + 1) / 1000))
+
+    def wake_for(self, schedule_keys: Iterable[str], due_in: float) -> None:
+        """This service wrote an event due in `due_in` s to one of these queues: dispatch
+        them then, if that is sooner than planned. Only these: a pass that called every
+        queue for each enqueue would cost an idle type a call per event of another."""
+        self._bring_forward(schedule_keys, due_in)
+
+    def _bring_forward(self, schedule_keys: Iterable[str], due_in: float) -> None:
         at = time.monotonic() + due_in
-        if at < self._next_call.get(schedule_key, math.inf):
-            self._next_call[schedule_key] = at
-            if at < self._next_pass:
-                self._wake.set()
+        brought_forward = self._brought_forward
+        for key in schedule_keys:
+            if at < brought_forward.get(key, math.inf):
+                brought_forward[key] = at
+        if at < self._next_pass:
+            self._wake.set()
 
     def ready_list_draining(self, ready_left: int) -> None:
         """A local consumer's claim is on its way, after which its ready list will hold
@@ -174,11 +187,6 @@ class Dispatcher:
             self._woken.update(self._held_back)
             self._wake.set()
 
-    def wake_for(self, due_in: float) -> None:
-        """Dispatches sooner than planned if an event due in `due_in` s would otherwise wait."""
-        if time.monotonic() + due_in < self._next_pass:
-            self.wake()
-
     async def _dispatch_all(self) -> float:
         """One pass over the event types (and partitions) whose time has come or that were
         woken, their calls in one pipeline: a pass takes one round trip, not one per queue;
@@ -188,6 +196,10 @@ class Dispatcher:
         targets = list(self._targets())
         woken, self._woken = self._woken, set()
         all_woken, self._all_woken = self._all_woken, False
+        brought_forward, self._brought_forward = self._brought_forward, {}
+        for key, at in brought_forward.items():
+            if at < self._next_call.get(key, at):  # a queue not in it is called anyway
+                self._next_call[key] = at
         self._refill_at = None
         self._held_back.clear()
         now = time.monotonic()

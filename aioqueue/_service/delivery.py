@@ -42,7 +42,7 @@ class Delivery:
         """What the dispatcher fills, made once per change of the handlers: it reads them on
         every pass, and with a thousand types making them was a fifth of the process's time."""
         self._leases = Leases(runtime.client, runtime.config.lease_ms)
-        self._recording = Recording(runtime, self._registrations.get, self.wake_dispatcher)
+        self._recording = Recording(runtime, self._registrations.get, self._recorded)
         # Made when the service starts: anyio's primitives need a running event loop, and a
         # service is often built at import time.
         self._dispatcher: Dispatcher | None = None
@@ -116,9 +116,19 @@ class Delivery:
 
     def due_sooner(self, event_type: str, due_in: float) -> None:
         """An event of `event_type` was written due in `due_in` s: the dispatcher, if this
-        service dispatches the type, wakes sooner than planned if it must."""
+        service dispatches the type, calls its queues sooner than planned if it must."""
         if self._dispatcher is not None and event_type in self._registrations:
-            self._dispatcher.wake_for(due_in)
+            self._dispatcher.wake_for(self._schedule_keys(event_type), due_in)
+
+    def _recorded(self, event_type: str) -> None:
+        """The type's settings are recorded: its queues are dispatched now (a dispatch that
+        found them missing took nothing and waits for this)."""
+        if self._dispatcher is not None:
+            for key in self._schedule_keys(event_type):
+                self._dispatcher.wake_queue(key)
+
+    def _schedule_keys(self, event_type: str) -> Iterator[str]:
+        return (store.keys.schedule for store in self._runtime.queues.queue(event_type).stores)
 
     def wake_dispatcher(self) -> None:
         """Dispatches every queue now (a handler added, a type recorded, a requeue: work

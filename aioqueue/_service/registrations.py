@@ -58,9 +58,9 @@ class Recording:
         self,
         runtime: Runtime,
         current: Callable[[str], Registration | None],
-        recorded: Callable[[], None],
+        recorded: Callable[[str], None],
     ) -> None:
-        """`current(type)` is the type's registration now (None once removed); `recorded()`
+        """`current(type)` is the type's registration now (None once removed); `recorded(type)`
         is called after each recording (the dispatcher waits for the mark)."""
         self._runtime = runtime
         self._current = current
@@ -93,7 +93,7 @@ class Recording:
         finally:
             registration.recording = False
         registration.recorded_at = time.monotonic()
-        self._recorded()
+        self._recorded(registration.event_type)
 
     def settings_lost(self, registration: Registration, dispatched_at: float) -> None:
         """A dispatch sent at `dispatched_at` (monotonic) found the type's settings missing
