@@ -16,6 +16,7 @@ from aioqueue._model.batches import Batching
 from .batch_runner import BatchRunner
 from .handler_runner import NotStarted, Succeeded
 from .handoff import Handoff
+from .leases import Lease
 from .takers import Claim, Partition
 from .threaded_calls import LeaseLapsed
 from .worker_base import WorkerParts, Workers
@@ -49,10 +50,16 @@ class BatchWorkers(Workers[BatchRunner]):
             batch = [first]
             stopping = await self._gather(claims, batch)
             now = time.monotonic()
-            lapsed = [claim.lease for claim in batch if now >= claim.lease.held_until]
+            # A handler beginning now might begin after these leases ended (see Lease).
+            lapsed: list[Lease] = []
+            kept: list[Claim] = []
+            for claim in batch:
+                if claim.lease.lapsed(now):
+                    lapsed.append(claim.lease)
+                else:
+                    kept.append(claim)
             if lapsed:
-                # Their handler would begin after their leases may have ended (see Lease).
-                batch = [claim for claim in batch if now < claim.lease.held_until]
+                batch = kept
                 await self._leases.give_back_lapsed(lapsed, now)
                 self._slots.release(len(lapsed))
                 if not batch:

@@ -80,7 +80,7 @@ class EventWorkers(Workers[HandlerRunner]):
         while (claim := await claims.get()) is not None:
             lease = claim.lease
             now = time.monotonic()
-            if now >= lease.held_until:
+            if lease.lapsed(now):
                 # The handler would begin after the lease may have ended (see Lease).
                 await self._leases.give_back_lapsed([lease], now)
                 self._slots.release(1)

@@ -75,6 +75,11 @@ class Lease(msgspec.Struct, gc=False, eq=False):
         the metrics report (exact, and what a rate limit counts)."""
         return max(0.0, (self.claimed_at_ms - self.envelope.due_at) / 1000)
 
+    def lapsed(self, now: float) -> bool:
+        """Whether a handler beginning at `now` (monotonic) might begin after the lease ended
+        (see held_until): it must not begin; the event is given back."""
+        return now >= self.held_until
+
     def lateness(self, now: float) -> float:
         """Seconds between the attempt's due time and `now` (monotonic)."""
         return max(0.0, (self.claimed_at_ms - self.envelope.due_at) / 1000 + now - self.claimed_at)

@@ -145,7 +145,7 @@ class ThreadedCalls:
             raise NotStarted
         try:
             started = time.monotonic()
-            if any(started >= lease.held_until for lease in leases):
+            if any(lease.lapsed(started) for lease in leases):
                 raise LeaseLapsed
             for lease in leases:
                 lease.started = started
