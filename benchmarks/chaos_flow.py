@@ -9,9 +9,16 @@ kills, cuts and server restart as the main events, and the report counts what mu
   loaded worker puts between a claim and its handler's start (with the starts' own times,
   0.3 s of slack was not enough under the suite's long server matrix).
 - ChaosKeyed: events spread over the window on KEYS key values (`__serial_key__ = "key"`),
-  each handler call logged when it starts and when it ends (ends also when cut by its timeout
-  or cancelled). An *overlap* is a call of a key starting before the previous call of that key
-  ended; a call of a worker that was SIGKILLed ends at the kill.
+  each handler call logged when it starts (with its attempt, due and claim times) and when it
+  ends (ends also when cut by its timeout or cancelled). An *overlap* is a call of a key
+  starting before the previous call of that key ended; a call of a worker that was SIGKILLed
+  ends at the kill. What a key's hold promises ends with the lease of the call holding it: a
+  worker stalled longer than its lease mid-handler (or cut off from Redis) may see its event
+  run again elsewhere and the next of its key begin beside it (the guarantees page). Such
+  overlaps are counted apart (`key_overlaps_lease_ended`), and only when the log proves it:
+  the earlier call's event was handed out again while that call ran, at a next attempt due
+  (its lease's end) no later than the later call's claim, or at the same attempt (a failover
+  lost the claim's write, and the key's hold with it).
 
 With AOF `appendfsync everysec`, a server SIGKILL may lose the last second of writes, the
 key holders and the rate window's hand-outs among them: what that can let through is counted
@@ -68,6 +75,8 @@ class FlowReport:
     limit_violations_near_restart: int
     key_overlaps: int
     key_overlaps_near_restart: int
+    key_overlaps_lease_ended: int
+    """Overlaps whose earlier call ran on past its lease's end (see the module's doc)."""
     keyed_calls: int
 
 
@@ -106,12 +115,13 @@ def add_flow_handlers(
 ) -> None:
     """The workers' handlers: each call is recorded like a main event (for lost and
     duplicated), and in the flow log (`S`tart and `E`nd lines, one write(2) each, with the
-    time of the start or end; a limited event's line has its claim's time instead)."""
+    time of the start or end; a limited event's line has its claim's time instead, a keyed
+    event's start its attempt, due time and claim time after it)."""
     rng = random.Random()
 
-    def note(kind: str, event_id: str, key: int | str, at_ms: float | None = None) -> None:
-        moment = time.time() * 1000 if at_ms is None else at_ms
-        os.write(flow_log, f"{kind}\t{event_id}\t{key}\t{moment:.1f}\n".encode())
+    def note(kind: str, event_id: str, key: int | str, at_ms: float, *more: object) -> None:
+        fields = (kind, event_id, key, f"{at_ms:.1f}", *more)
+        os.write(flow_log, ("\t".join(map(str, fields)) + "\n").encode())
 
     async def handle_limited(event: ChaosLimited) -> bool:
         note("S", event.id, "", current_delivery().claimed_at.timestamp() * 1000)
@@ -119,16 +129,33 @@ def add_flow_handlers(
         return True
 
     async def handle_keyed(event: ChaosKeyed) -> bool:
-        note("S", event.id, event.key)
+        delivery = current_delivery()
+        due_ms = f"{delivery.due_at.timestamp() * 1000:.1f}"
+        claimed_ms = f"{delivery.claimed_at.timestamp() * 1000:.1f}"
+        note("S", event.id, event.key, time.time() * 1000, delivery.attempt, due_ms, claimed_ms)
         try:
             record(event.id, event.due_ms)
             await anyio.sleep(rng.uniform(0, handler_ms / 1000))
             return True
         finally:
-            note("E", event.id, event.key)
+            note("E", event.id, event.key, time.time() * 1000)
 
     service.add_handler(ChaosLimited, handle_limited, parallelism=8)
     service.add_handler(ChaosKeyed, handle_keyed, parallelism=8)
+
+
+@dataclass
+class KeyedCall:
+    """One handler call of a keyed event, from its flow log's lines (times in ms: start and
+    end on the worker's clock, due and claim on the server's, the same machine's)."""
+
+    event_id: str
+    key: int
+    attempt: int
+    due_ms: float
+    claimed_ms: float
+    start: float
+    end: float
 
 
 def analyse_flow(
@@ -146,31 +173,13 @@ def analyse_flow(
     `kills_ms` maps a worker's name to when it was SIGKILLed, `restart_ms` is when the server
     was killed and how long it was down (ms), if it was."""
     limited_claims: list[float] = []
-    calls: dict[int, list[tuple[float, float]]] = {}
+    calls: list[KeyedCall] = []
     for path in sorted(logs.glob("*.flow")):
-        killed_at = kills_ms.get(path.stem, math.inf)
-        started: dict[str, tuple[int, float]] = {}
-        for line in path.read_text().splitlines():
-            parts = line.split("\t")
-            if len(parts) != 4:
-                continue  # torn by a kill: the main log's count of torn lines covers it
-            kind, event_id, key, moment = parts[0], parts[1], parts[2], float(parts[3])
-            if event_id.startswith(LIMITED_PREFIX):
-                limited_claims.append(moment)
-            elif kind == "S":
-                started[event_id] = (int(key), moment)
-            elif event_id in started:
-                key_value, began = started.pop(event_id)
-                calls.setdefault(key_value, []).append((began, moment))
-        for key_value, began in started.values():  # never ended: its worker was killed
-            calls.setdefault(key_value, []).append((began, killed_at))
+        claims, keyed_calls = read_flow_log(path.read_text(), kills_ms.get(path.stem, math.inf))
+        limited_claims.extend(claims)
+        calls.extend(keyed_calls)
     violations = _windows_over_limit(sorted(limited_claims), rate_limit)
-    overlaps = [
-        (earlier_start, later_start)
-        for intervals in calls.values()
-        for (earlier_start, earlier_end), (later_start, _) in _neighbours(sorted(intervals))
-        if later_start < earlier_end
-    ]
+    overlaps = key_overlaps(calls)
     per_ms = RATE_PER_S * 1000
     restart = restart_ms or (math.inf, 0.0)
 
@@ -180,11 +189,15 @@ def analyse_flow(
         at, down_ms = restart
         return at - FSYNC_LOSS_MS - per_ms <= first_claim <= at + down_ms + per_ms
 
-    def call_near_restart(earlier_start: float) -> bool:
+    def call_near_restart(earlier: KeyedCall) -> bool:
         # The earlier call's hold on its key was written within the lost second.
         at, _ = restart
-        return at - FSYNC_LOSS_MS - 500 <= earlier_start <= at
+        return at - FSYNC_LOSS_MS - 500 <= earlier.start <= at
 
+    lease_ended = [pair for pair in overlaps if lease_ended_first(*pair, calls)]
+    near_restart = [
+        pair for pair in overlaps if pair not in lease_ended and call_near_restart(pair[0])
+    ]
     expected = {event.id for event in (*limited, *keyed)}
     return FlowReport(
         rate_limit=rate_limit,
@@ -193,24 +206,76 @@ def analyse_flow(
         lost=len(expected - handed_out - pending),
         limit_violations=sum(1 for claim in violations if not window_near_restart(claim)),
         limit_violations_near_restart=sum(1 for claim in violations if window_near_restart(claim)),
-        key_overlaps=sum(1 for earlier, _ in overlaps if not call_near_restart(earlier)),
-        key_overlaps_near_restart=sum(1 for earlier, _ in overlaps if call_near_restart(earlier)),
-        keyed_calls=sum(len(intervals) for intervals in calls.values()),
+        key_overlaps=len(overlaps) - len(lease_ended) - len(near_restart),
+        key_overlaps_near_restart=len(near_restart),
+        key_overlaps_lease_ended=len(lease_ended),
+        keyed_calls=len(calls),
     )
 
 
-def _neighbours(
-    intervals: list[tuple[float, float]],
-) -> list[tuple[tuple[float, float], tuple[float, float]]]:
-    """Each call of a key with the one before it, keeping the latest end seen so far (a short
-    call inside a long one must not hide the long one from the next)."""
-    pairs = []
-    latest = intervals[0] if intervals else (0.0, 0.0)
-    for interval in intervals[1:]:
-        pairs.append((latest, interval))
-        if interval[1] > latest[1]:
-            latest = interval
-    return pairs
+def read_flow_log(text: str, killed_at: float) -> tuple[list[float], list[KeyedCall]]:
+    """One worker's flow log: the claim times of its limited calls, and its keyed calls (a
+    call never ended, its worker SIGKILLed, ends at `killed_at`)."""
+    limited_claims: list[float] = []
+    calls: list[KeyedCall] = []
+    started: dict[str, KeyedCall] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "S" and parts[1].startswith(LIMITED_PREFIX) and len(parts) == 4:
+            limited_claims.append(float(parts[3]))
+        elif parts[0] == "S" and len(parts) == 7:
+            event_id, key, start, attempt, due_ms, claimed_ms = parts[1:]
+            started[event_id] = KeyedCall(
+                event_id,
+                int(key),
+                int(attempt),
+                float(due_ms),
+                float(claimed_ms),
+                float(start),
+                math.inf,
+            )
+        elif parts[0] == "E" and len(parts) == 4 and parts[1] in started:
+            call = started.pop(parts[1])
+            call.end = float(parts[3])
+            calls.append(call)
+        # Any other line was torn by a kill: the main log's count of torn lines covers it.
+    for call in started.values():  # never ended: its worker was killed
+        call.end = killed_at
+        calls.append(call)
+    return limited_claims, calls
+
+
+def key_overlaps(calls: Sequence[KeyedCall]) -> list[tuple[KeyedCall, KeyedCall]]:
+    """Each call of a key that began before an earlier call of that key ended, with that
+    earlier call (the one of the latest end so far: a short call inside a long one must not
+    hide the long one from the next)."""
+    by_key: dict[int, list[KeyedCall]] = {}
+    for call in calls:
+        by_key.setdefault(call.key, []).append(call)
+    overlaps = []
+    for of_key in by_key.values():
+        of_key.sort(key=lambda call: call.start)
+        latest = of_key[0]
+        for call in of_key[1:]:
+            if call.start < latest.end:
+                overlaps.append((latest, call))
+            if call.end > latest.end:
+                latest = call
+    return overlaps
+
+
+def lease_ended_first(earlier: KeyedCall, later: KeyedCall, calls: Sequence[KeyedCall]) -> bool:
+    """Whether the log proves that the earlier call's lease had ended when the later call was
+    claimed: its event was handed out again while it ran, at a next attempt due (when the
+    earlier lease ended, or later for an attempt after that) no later than the later call's
+    claim, or at the same attempt (the claim's write lost by a failover, the key's hold with
+    it)."""
+    return any(
+        again.event_id == earlier.event_id
+        and earlier.claimed_ms < again.claimed_ms < earlier.end
+        and (again.attempt == earlier.attempt or again.due_ms <= later.claimed_ms)
+        for again in calls
+    )
 
 
 def _windows_over_limit(claims: list[float], limit: int) -> list[float]:

@@ -196,7 +196,8 @@ def print_report(report: Report) -> None:
     print(
         f"  flow:        {flow.limited_scheduled:,} rate-limited ({flow.rate_limit} per "
         f"{RATE_PER_S:g} s): {flow.limit_violations} limit violations; {flow.keyed_scheduled:,} "
-        f"keyed ({flow.keyed_calls:,} calls): {flow.key_overlaps} overlapping calls of one key; "
+        f"keyed ({flow.keyed_calls:,} calls): {flow.key_overlaps} overlapping calls of one key "
+        f"({flow.key_overlaps_lease_ended} more beside a call that ran past its lease); "
         f"{flow.lost} lost; after the lost second of the server kill: "
         f"{flow.limit_violations_near_restart} violations, {flow.key_overlaps_near_restart} "
         "overlaps"
