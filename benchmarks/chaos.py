@@ -294,7 +294,7 @@ async def drive(args: argparse.Namespace) -> Report:
                         await pool.kill_and_replace(rng.randrange(args.workers), tg)
 
                     async def restart() -> None:
-                        await pool.restart_and_replace(rng.randrange(args.workers), tg)
+                        pool.restart_in_background(rng, tg)
 
                     if args.restart_every is not None:
                         chaos_tasks.start_soon(

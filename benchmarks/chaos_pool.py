@@ -5,6 +5,7 @@ with SIGTERM and replaced (a rolling restart), on demand."""
 from __future__ import annotations
 
 import argparse
+import random
 import subprocess
 import sys
 import time
@@ -40,10 +41,14 @@ class WorkerPool:
         self._incarnations = [0] * args.workers
         self._replacing: set[int] = set()
         """Slots whose worker is being killed or restarted: left alone meanwhile."""
+        self._stopping_all = False
+        """Set once the run stops every worker: a replacement under way starts none."""
         self._first_ready = anyio.Event()
 
     async def start(self, slot: int, task_group: TaskGroup) -> None:
         """Starts a worker in `slot`; its "ready" line is awaited in the background."""
+        if self._stopping_all:
+            return
         self._incarnations[slot] += 1
         name = self._names[slot] = f"w{slot}-{self._incarnations[slot]}"
         stderr = (self._logs / f"{name}.stderr").open("wb")
@@ -81,6 +86,11 @@ class WorkerPool:
             stderr=stderr,
         )
         stderr.close()
+        if self._stopping_all:  # began while this one was starting: it would be left running
+            process.kill()
+            await process.wait()
+            await process.aclose()
+            return
         self._processes[slot] = process
         self._chaos.worker_starts += 1
         task_group.start_soon(self._note_ready, process, time.monotonic())
@@ -104,11 +114,18 @@ class WorkerPool:
     async def kill_and_replace(self, slot: int, task_group: TaskGroup) -> None:
         await self._replace(slot, task_group, self._kill)
 
-    async def restart_and_replace(self, slot: int, task_group: TaskGroup) -> None:
-        """A rolling restart: SIGTERM, so that the worker gives back what it claimed and no
-        handler began and finishes what its handlers began, then a new worker in its place.
-        One still running after WORKER_STOP_TIMEOUT is SIGKILLed, and counts as killed."""
-        await self._replace(slot, task_group, self._terminate)
+    def restart_in_background(self, rng: random.Random, task_group: TaskGroup) -> None:
+        """A rolling restart of a worker no kill or restart holds: SIGTERM, so that it gives
+        back what it claimed and no handler began and finishes what its handlers began, then
+        a new worker in its place. One still running after WORKER_STOP_TIMEOUT is SIGKILLed,
+        and counts as killed. In the background, so that restarts keep their own cadence, as
+        in a rolling deployment, however long a stop takes: awaited, each restart waited for
+        its stop, and a loaded machine's slow stops left fewer than three in a run."""
+        free = [slot for slot in range(self._args.workers) if slot not in self._replacing]
+        if free:
+            slot = rng.choice(free)
+            self._replacing.add(slot)
+            task_group.start_soon(self._replace_held, slot, task_group, self._terminate)
 
     async def _replace(
         self,
@@ -121,6 +138,15 @@ class WorkerPool:
         if slot in self._replacing:
             return
         self._replacing.add(slot)
+        await self._replace_held(slot, task_group, stop)
+
+    async def _replace_held(
+        self,
+        slot: int,
+        task_group: TaskGroup,
+        stop: Callable[[int, Process], Awaitable[None]],
+    ) -> None:
+        """_replace, the slot already held in _replacing."""
         try:
             process = self._processes[slot]
             if process is not None and process.returncode is None:
@@ -153,6 +179,7 @@ class WorkerPool:
             await self._stop_all()
 
     async def _stop_all(self) -> None:
+        self._stopping_all = True
         running = [p for p in self._processes if p is not None and p.returncode is None]
         for process in running:
             process.terminate()
