@@ -231,8 +231,8 @@ async def drive(args: argparse.Namespace) -> Report:
     run_started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aioqueue-chaos-") as scratch:
         scratch_dir = Path(scratch)
-        logs = scratch_dir / "logs"
-        logs.mkdir()
+        logs = args.logs or scratch_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
         topology = (
             cluster(aof=args.aof, replicas=args.replicas)
             if args.cluster

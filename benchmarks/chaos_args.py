@@ -101,6 +101,12 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
     parser.add_argument("--drain-timeout", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the report here as JSON")
+    parser.add_argument(
+        "--logs",
+        type=Path,
+        help="keep the workers' logs (deliveries, flow, stderr) in this directory, to read "
+        "what a failed run did; by default they go with the run's scratch directory",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     namespace = parser.parse_args(argv)
     if namespace.cluster and namespace.sentinel:
@@ -109,5 +115,8 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
         parser.error("--replicas needs --cluster or --sentinel")
     if namespace.sentinel:
         namespace.replicas = namespace.replicas or 1
+    if namespace.logs is not None and namespace.logs.exists() and any(namespace.logs.iterdir()):
+        # The report reads every log in it: another run's would count as this one's.
+        parser.error(f"--logs {namespace.logs} holds files already: give a new directory")
     namespace.command = "run"
     return namespace

@@ -16,9 +16,9 @@ kills, cuts and server restart as the main events, and the report counts what mu
   worker stalled longer than its lease mid-handler (or cut off from Redis) may see its event
   run again elsewhere and the next of its key begin beside it (the guarantees page). Such
   overlaps are counted apart (`key_overlaps_lease_ended`), and only when the log proves it:
-  the earlier call's event was handed out again while that call ran, at a next attempt due
-  (its lease's end) no later than the later call's claim, or at the same attempt (a failover
-  lost the claim's write, and the key's hold with it).
+  a next attempt of the earlier call's event came due (at its lease's end) no later than the
+  later call's claim, or the same attempt was handed out again while the earlier call ran (a
+  failover lost the claim's write, and the key's hold with it).
 
 With AOF `appendfsync everysec`, a server SIGKILL may lose the last second of writes, the
 key holders and the rate window's hand-outs among them: what that can let through is counted
@@ -266,14 +266,20 @@ def key_overlaps(calls: Sequence[KeyedCall]) -> list[tuple[KeyedCall, KeyedCall]
 
 def lease_ended_first(earlier: KeyedCall, later: KeyedCall, calls: Sequence[KeyedCall]) -> bool:
     """Whether the log proves that the earlier call's lease had ended when the later call was
-    claimed: its event was handed out again while it ran, at a next attempt due (when the
-    earlier lease ended, or later for an attempt after that) no later than the later call's
-    claim, or at the same attempt (the claim's write lost by a failover, the key's hold with
-    it)."""
+    claimed: a next attempt of its event came due (when that lease ended, or later for an
+    attempt after that; a retry after a failure is due after the call ended) no later than
+    the later call's claim, whenever it was handed out (its worker may have been killed
+    first); or the same attempt was handed out again while the earlier call ran (a failover
+    lost the claim's write, and the key's hold with it)."""
     return any(
         again.event_id == earlier.event_id
-        and earlier.claimed_ms < again.claimed_ms < earlier.end
-        and (again.attempt == earlier.attempt or again.due_ms <= later.claimed_ms)
+        and (
+            (again.attempt > earlier.attempt and again.due_ms <= later.claimed_ms)
+            or (
+                again.attempt == earlier.attempt
+                and earlier.claimed_ms < again.claimed_ms < earlier.end
+            )
+        )
         for again in calls
     )
 

@@ -174,6 +174,8 @@ def run_chaos(tmp_path: pathlib.Path, server_binary: pathlib.Path, *options: str
             "--drain-timeout", "30",
             "--quiet",
             "--json", str(report_path),
+            # Kept with the test's temporary directory: what a failed run did is in them.
+            "--logs", str(tmp_path / "logs"),
             *options,
         ],
         cwd=REPO_ROOT,
@@ -183,7 +185,7 @@ def run_chaos(tmp_path: pathlib.Path, server_binary: pathlib.Path, *options: str
         text=True,
         timeout=110,
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 0, f"{result.stdout}{result.stderr}(logs: {tmp_path / 'logs'})"
     return ChaosRun(json.loads(report_path.read_text()), result.stdout)
 
 

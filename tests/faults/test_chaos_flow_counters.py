@@ -70,6 +70,18 @@ STALLED = call("key-1", 1, 900, 1_000, ran=(1_000, 4_000))
             *(1, 0),
             id="event not taken again",
         ),
+        # key-1's worker, stalled, was killed at 3,000 ms: its next attempt, due when its
+        # lease ended (2,000), was handed out only after the kill, but key-2 was claimed
+        # after that lease's end, which its due time proves.
+        pytest.param(
+            {
+                "w3": call("key-1", 1, 900, 1_000, ran=(1_000, math.inf)),
+                "w2": call("key-2", 1, 500, 2_100, ran=(2_101, 2_105))
+                + call("key-1", 2, 2_000, 3_500, ran=(3_505, 3_510)),
+            },
+            *(0, 1),
+            id="taken again after its worker's kill",
+        ),
         # A failover lost the claim of key-1's first call, and the key's hold with it: the
         # same attempt was handed out again while that call ran.
         pytest.param(
