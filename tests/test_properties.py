@@ -177,6 +177,26 @@ PARKED_LOST_ATTEMPT_HELD = [
     step("dispatch"),
 ]
 
+# A success acknowledged only after its lease lapsed and a dispatch and a claim took the
+# event again (a failover held the acknowledgement back) deletes nothing: attempt 2 runs on,
+# holding its serial key, and the event of that key parked behind it stays parked until
+# attempt 2 settles. The late acknowledgement had deleted the event and freed the key, and
+# the chaos run saw the next event of the key begin beside attempt 2.
+LATE_SUCCESS_AFTER_THE_LEASE = [
+    step("enqueue", "a"),
+    step("dispatch"),
+    step("claim", lease_ms=0),
+    step("enqueue", "c"),
+    step("dispatch"),
+    step("claim"),
+    step("success", index=0),  # attempt 1's
+    step("dispatch"),
+    step("claim"),
+    step("success", index=0),  # attempt 2's
+    step("dispatch"),
+    step("claim"),
+]
+
 # A claim whose reply was lost, sent again: after its lease lapsed and a dispatch took the
 # event back (attempt 1 spent, attempt 2 pushed), the call sent again hands out nothing, and
 # attempt 2 is the next claim's; an event it took that is still under its lease comes out
@@ -287,6 +307,7 @@ def test_no_sequence_of_operations_loses_or_invents_an_event(
 @given(steps=SERIAL_STEPS)
 @example(steps=PARKED_LOST_ATTEMPT_IN_READY_LIST)
 @example(steps=PARKED_LOST_ATTEMPT_HELD)
+@example(steps=LATE_SUCCESS_AFTER_THE_LEASE)
 def test_no_sequence_of_operations_runs_two_events_of_a_key_or_strands_a_parked_one(
     redis_server: EmbeddedServer, steps: list[Step]
 ) -> None:

@@ -197,7 +197,7 @@ class QueueStore:
         already ran, it takes nothing and returns that claim's deliveries still held."""
         args: list[str | int | bytes] = [count, lease_ms, receipt.token if receipt else ""]
         if acknowledge:
-            args.append(orjson.dumps(_versions(acknowledge)))
+            args.append(orjson.dumps(_attempts(acknowledge)))
         reply = await CLAIM.run(self.client, self.claim_keys(receipt), args)
         if int(reply[1]) == -1:  # paused: the third value is the ready list's length
             return Claimed(int(reply[0]), int(reply[2]), [], paused=True)
@@ -219,9 +219,10 @@ class QueueStore:
         return keys
 
     async def acknowledge(self, deliveries: Sequence[Envelope]) -> int:
-        """Deletes the delivered versions of these events; returns how many were deleted."""
+        """Deletes these events, each only while it is still the delivered attempt (see
+        acknowledge_deliveries in lua/_leases.lua); returns how many were deleted."""
         keys = [self.keys.schedule, self.keys.events, *self.keys.settling]
-        return int(await ACKNOWLEDGE.run(self.client, keys, _versions(deliveries)))
+        return int(await ACKNOWLEDGE.run(self.client, keys, _attempts(deliveries)))
 
     def renewal(self, held: Sequence[Envelope], lease_ms: int) -> ScriptCall:
         """The keys and arguments of renew.lua for the attempts `held` of this queue."""
@@ -295,11 +296,11 @@ class QueueStore:
         return _REQUEUE_RESULTS[int(await REQUEUE.run(self.client, keys, [event_id]))]
 
 
-def _versions(deliveries: Sequence[Envelope]) -> list[str | int]:
-    """Script arguments naming delivered versions: id, version, id, version, ..."""
+def _attempts(deliveries: Sequence[Envelope]) -> list[str | int]:
+    """Script arguments naming delivered attempts: id, version, attempt, id, ..."""
     args: list[str | int] = []
     for envelope in deliveries:
-        args += [envelope.id, str(envelope.version)]
+        args += [envelope.id, str(envelope.version), str(envelope.attempt)]
     return args
 
 

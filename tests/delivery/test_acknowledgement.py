@@ -23,15 +23,15 @@ SCHEDULE = queue_key("PaymentCheck", "schedule")
 
 def acknowledged_ids(calls: list[ScriptCall], script: str) -> list[str]:
     """Ids that calls of `script` acknowledged: claim.lua takes them as a JSON array of (id,
-    version) pairs after its three arguments (count, lease, receipt token), acknowledge.lua
-    as plain pairs."""
+    version, attempt) triples after its three arguments (count, lease, receipt token),
+    acknowledge.lua as plain triples."""
     ids: list[str] = []
     for call in calls:
         if call.script == script == "claim" and len(call.args) > 3:
             assert isinstance(call.args[3], bytes)
-            ids += orjson.loads(call.args[3])[::2]
+            ids += orjson.loads(call.args[3])[::3]
         elif call.script == script == "acknowledge":
-            ids += [str(arg) for arg in call.args[::2]]
+            ids += [str(arg) for arg in call.args[::3]]
     return ids
 
 

@@ -226,7 +226,7 @@ class Claiming(ModelState):
     ) -> list[Envelope]:
         """Checks a claim's reply against the model and takes it in; what it handed out."""
         for envelope in acknowledge:
-            if self._is_current(envelope):
+            if self._is_delivered_attempt(envelope):
                 del self.pending[envelope.id]
                 self._moved(envelope.id)
         if self.paused:

@@ -16,7 +16,7 @@ class Settling(ModelState):
 
     def succeed(self, envelope: Envelope) -> None:
         deleted = self.run(self.store.acknowledge([envelope]))
-        assert deleted == (1 if self._is_current(envelope) else 0)
+        assert deleted == (1 if self._is_delivered_attempt(envelope) else 0)
         if deleted:
             del self.pending[envelope.id]
             self._moved(envelope.id)

@@ -163,6 +163,15 @@ class ModelState(SteppedRedis):
         event = self.pending.get(envelope.id)
         return event is not None and event.version == envelope.version
 
+    def _is_delivered_attempt(self, envelope: Envelope) -> bool:
+        """Whether an acknowledgement of `envelope` deletes its event: still its version and
+        attempt (not replaced, nor taken again after its lease lapsed)."""
+        event = self.pending.get(envelope.id)
+        return event is not None and (event.version, event.attempt) == (
+            envelope.version,
+            envelope.attempt,
+        )
+
     def _holds(self, envelope: Envelope) -> bool:
         """Whether the claimed attempt `envelope` is still the one under way: not settled,
         replaced, cancelled, parked, nor taken again after its lease lapsed."""

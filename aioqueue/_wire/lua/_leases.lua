@@ -193,19 +193,21 @@ local function find_key(raw, key)
 end
 
 -- What acknowledging needs of stored envelope `raw` (false when missing): whether it is
--- version `version` (text), whether an attempt of it is under way (`due_at`), and the serial
--- key value it holds. Read from the text where that is unambiguous, as it is for nearly
--- every envelope: decoding each one cost acknowledging more than its commands did. The first
--- key named `v` or `due_at` (find_key) is the envelope's own unless the context has one of
--- that name, and a context holds only strings, so a number after it is the envelope's.
--- Anything else (a serial key anywhere, a context's key first, another version text, a text
--- cjson did not write) is decoded, as before.
-local function settled_view(raw, version)
+-- version `version` at attempt `attempt` (texts), whether an attempt of it is under way
+-- (`due_at`), and the serial key value it holds. Read from the text where that is
+-- unambiguous, as it is for nearly every envelope: decoding each one cost acknowledging more
+-- than its commands did. The first key named `v`, `attempt` or `due_at` (find_key) is the
+-- envelope's own unless the context has one of that name, and a context holds only strings,
+-- so a number after it is the envelope's. Anything else (a serial key anywhere, a context's
+-- key first, another version or attempt, a text cjson did not write) is decoded, as before.
+local function settled_view(raw, version, attempt)
   if not raw then
     return false
   end
   local is_key, value_at = find_key(raw, '"v":')
+  local attempt_key, attempt_at = find_key(raw, '"attempt":')
   if is_key and string.match(raw, '^(%d+)[,}]', value_at) == version
+      and attempt_key and string.match(raw, '^(%d+)[,}]', attempt_at) == attempt
       and not string.find(raw, '"serial":', 1, true) then
     is_key, value_at = find_key(raw, '"due_at":')
     if is_key == nil then
@@ -215,23 +217,30 @@ local function settled_view(raw, version)
     end
   end
   local envelope = decoded_object(raw)
-  if envelope and tostring(version_of(envelope)) == version then
+  if envelope and tostring(version_of(envelope)) == version
+      and tostring(envelope.attempt) == attempt then
     return true, envelope.due_at ~= nil, envelope.serial
   end
   return false
 end
 
--- Deletes events whose handlers succeeded, each only if it is still the delivered version:
--- a replace that happened while the handler ran keeps the new version scheduled. Deleting a
--- version twice is harmless, so callers may retry. `delivered` holds id, version, id,
--- version... (versions as strings). Returns how many events it deleted.
+-- Deletes events whose handlers succeeded, each only if it is still the delivered attempt
+-- (version and attempt), as renewals and hand-backs hold only it (holds_claimed): a replace
+-- that happened while the handler ran keeps the new version scheduled, and a success
+-- acknowledged only after its lease lapsed and another worker took the event again (a
+-- failover held the acknowledgement back) leaves that attempt running, and its serial key
+-- held: deleting the event would free the key for the next event of its value beside it.
+-- That attempt settles the event itself. Deleting an attempt twice is harmless, so callers
+-- may retry. `delivered` holds id, version, attempt, id, version, attempt... (versions and
+-- attempts as strings). Returns how many events it deleted.
 -- With `serial` (see serial_keys), each deleted event that held a serial key frees it; with
 -- `counts`, the deleted attempts leave `under_way` and count as `finished`.
 local function acknowledge_deliveries(schedule, events, delivered, serial, counts)
-  local ids, versions = {}, {}
-  for i = 1, #delivered, 2 do
+  local ids, versions, attempts = {}, {}, {}
+  for i = 1, #delivered, 3 do
     ids[#ids + 1] = delivered[i]
     versions[#versions + 1] = delivered[i + 1]
+    attempts[#attempts + 1] = delivered[i + 2]
   end
   if #ids == 0 then
     return 0
@@ -239,7 +248,7 @@ local function acknowledge_deliveries(schedule, events, delivered, serial, count
   local stored = hmget_all(events, ids)
   local finished, keyed, ended = {}, {}, 0
   for i, raw in ipairs(stored) do
-    local delivered, under_way, serial_value = settled_view(raw, versions[i])
+    local delivered, under_way, serial_value = settled_view(raw, versions[i], attempts[i])
     if delivered then
       finished[#finished + 1] = ids[i]
       if under_way then

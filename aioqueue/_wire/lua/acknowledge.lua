@@ -4,7 +4,7 @@
 --   deleted event that held a serial key frees it for the next parked event of its value
 -- KEYS[6] counts (optional, with 3-5): acknowledged attempts leave its `under_way` and add
 --   to `finished` (see count_under_way in _prelude.lua)
--- ARGV: pairs of (id, version)
+-- ARGV: triples of (id, version, attempt), as the delivery gave them
 -- Returns the number of events deleted.
 local schedule, events, counts = KEYS[1], KEYS[2], KEYS[6]
 local delivered = ARGV

@@ -12,8 +12,8 @@
 --   claim receipts in _leases.lua): a call that brings the token of the receipt's claim again
 --   (its reply was lost) takes nothing new, and hands out again what that claim took
 -- ARGV[1] count   ARGV[2] lease ms   ARGV[3] the claim's token ('' without a receipt)
--- ARGV[4] (optional) the deliveries to acknowledge: one JSON array [id, version, id,
--- version, ...], versions as strings. One argument rather than two per event, because a
+-- ARGV[4] (optional) the deliveries to acknowledge: one JSON array [id, version, attempt,
+-- id, version, attempt, ...], versions and attempts as strings. One argument rather than two per event, because a
 -- client packs every argument of every call in Python.
 -- A consumer hands the slots of events it just finished to the events it takes next, and
 -- acknowledging them in the same call keeps it at its parallelism without a round trip of
