@@ -52,45 +52,55 @@ async def test_delivery_ids_are_quoted_as_cjson_quotes_them(redis_client: RedisC
 
 
 FRESH = '{"p":"{\\"order_id\\":1}","v":7}'
+DELIVERED = '{"p":"{\\"order_id\\":1}","v":7,"attempt":1}'
 SETTLING_CASES = [
-    # (stored envelope, version acknowledged)
-    (FRESH, "7"),
-    (FRESH, "8"),
-    ('{"p":"{}","v":7,"attempt":1,"due_at":1764345600123,"moved":3,"pushed":3}', "7"),
-    ('{"v":7,"due_at":1764345600123,"p":"{}"}', "7"),
+    # (stored envelope, version acknowledged, attempt acknowledged)
+    (DELIVERED, "7", "1"),
+    (DELIVERED, "8", "1"),
+    # Taken again after the acknowledged attempt's lease lapsed: not that attempt.
+    (DELIVERED, "7", "2"),
+    ('{"p":"{}","v":7,"attempt":1,"due_at":1764345600123,"moved":3,"pushed":3}', "7", "1"),
+    ('{"p":"{}","v":7,"attempt":2,"due_at":1764345600123,"moved":3,"pushed":3}', "7", "1"),
+    ('{"attempt":1,"v":7,"due_at":1764345600123,"p":"{}"}', "7", "1"),
     # A version past 10**14 is written with an exponent, and read by decoding.
-    ('{"p":"{}","v":1e+15,"due_at":5}', "1e+15"),
+    ('{"p":"{}","v":1e+15,"attempt":1,"due_at":5}', "1e+15", "1"),
     # Written before the one-letter keys.
-    ('{"payload":"{}","version":7,"due_at":5}', "7"),
-    ('{"payload":"{}","version":7,"due_at":5}', "8"),
+    ('{"payload":"{}","version":7,"attempt":1,"due_at":5}', "7", "1"),
+    ('{"payload":"{}","version":7,"attempt":1,"due_at":5}', "8", "1"),
     # The names inside a payload's text or a context are not the envelope's fields.
-    ('{"p":"{\\"v\\":8,\\"due_at\\":1}","v":7}', "8"),
-    ('{"p":"{\\"v\\":8,\\"due_at\\":1}","v":7}', "7"),
-    ('{"context":{"v":"8","due_at":"soon","serial":"s"},"p":"{}","v":7}', "8"),
-    ('{"context":{"v":"8","due_at":"soon","serial":"s"},"p":"{}","v":7}', "7"),
-    ('{"context":{"due_at":"soon"},"p":"{}","v":7,"due_at":12}', "7"),
+    ('{"p":"{\\"v\\":8,\\"attempt\\":2,\\"due_at\\":1}","v":7,"attempt":1}', "8", "2"),
+    ('{"p":"{\\"v\\":8,\\"attempt\\":2,\\"due_at\\":1}","v":7,"attempt":1}', "7", "1"),
+    ('{"context":{"v":"8","due_at":"soon","serial":"s"},"p":"{}","v":7,"attempt":1}', "8", "1"),
+    ('{"context":{"v":"8","due_at":"soon","serial":"s"},"p":"{}","v":7,"attempt":1}', "7", "1"),
+    ('{"context":{"due_at":"soon"},"p":"{}","v":7,"attempt":1,"due_at":12}', "7", "1"),
+    ('{"context":{"attempt":"1"},"p":"{}","v":7,"attempt":2,"due_at":12}', "7", "1"),
+    ('{"context":{"attempt":"2"},"p":"{}","v":7,"attempt":2,"due_at":12}', "7", "2"),
     # A serial key value, and a due_at written by hand as null (under way, as decoded).
-    ('{"p":"{}","v":7,"serial":"customer-9","due_at":5}', "7"),
-    ('{"p":"{}","v":7,"due_at":null}', "7"),
+    ('{"p":"{}","v":7,"attempt":1,"serial":"customer-9","due_at":5}', "7", "1"),
+    ('{"p":"{}","v":7,"attempt":1,"due_at":null}', "7", "1"),
     # A context key named like a field, ahead of the envelope's own.
-    ('{"context":{"v":"7"},"p":"{}","v":7,"due_at":5}', "7"),
-    ('{"p":"{}","v":7,"context":{"due_at":"5"},"due_at":5}', "7"),
+    ('{"context":{"v":"7"},"p":"{}","v":7,"attempt":1,"due_at":5}', "7", "1"),
+    ('{"p":"{}","v":7,"attempt":1,"context":{"due_at":"5"},"due_at":5}', "7", "1"),
     # Written by hand, with spaces cjson never writes: a key after one is decoded.
-    ('{"v":7, "due_at":5}', "7"),
-    ('{ "v":7,"due_at":5}', "7"),
-    ('{"p":"{}","v":7,"due_at":"soon"}', "7"),
+    ('{"v":7, "attempt":1,"due_at":5}', "7", "1"),
+    ('{ "v":7,"attempt":1,"due_at":5}', "7", "1"),
+    ('{"v":7,"attempt": 1,"due_at":5}', "7", "1"),
+    ('{"p":"{}","v":7,"attempt":1,"due_at":"soon"}', "7", "1"),
+    # No attempt: never delivered, so no acknowledgement is of it.
+    ('{"p":"{}","v":7}', "7", "1"),
     # Not an envelope at all.
-    ('["v",7]', "7"),
-    ("not json", "7"),
+    ('["v",7]', "7", "1"),
+    ("not json", "7", "1"),
 ]
 
 
-@pytest.mark.parametrize(("stored", "version"), SETTLING_CASES)
+@pytest.mark.parametrize(("stored", "version", "attempt"), SETTLING_CASES)
 async def test_acknowledging_reads_an_envelope_as_decoding_it_would(
-    redis_client: RedisClient, stored: str, version: str
+    redis_client: RedisClient, stored: str, version: str, attempt: str
 ) -> None:
     """settled_view (what acknowledge_deliveries needs of an envelope) answers as the
-    decoded envelope does: its version, whether an attempt is under way, its serial key."""
+    decoded envelope does: whether it is the acknowledged version and attempt, whether an
+    attempt is under way, its serial key."""
     fast, decoded = await run_lua(
         redis_client,
         """
@@ -100,16 +110,18 @@ async def test_acknowledging_reads_an_envelope_as_decoding_it_would(
         end
         local envelope = decoded_object(ARGV[1])
         local expected = {0}
-        if envelope and tostring(version_of(envelope)) == ARGV[2] then
+        if envelope and tostring(version_of(envelope)) == ARGV[2]
+            and tostring(envelope.attempt) == ARGV[3] then
           expected = answer(true, envelope.due_at ~= nil, envelope.serial)
         end
-        return {answer(settled_view(ARGV[1], ARGV[2])), expected}
+        return {answer(settled_view(ARGV[1], ARGV[2], ARGV[3])), expected}
         """,
         stored,
         version,
+        attempt,
     )
     assert fast == decoded
-    assert await run_lua(redis_client, "return settled_view(false, '1') and 1 or 0") == 0
+    assert await run_lua(redis_client, "return settled_view(false, '1', '1') and 1 or 0") == 0
 
 
 @pytest.mark.parametrize(
