@@ -194,10 +194,12 @@ def analyse_flow(
         at, _ = restart
         return at - FSYNC_LOSS_MS - 500 <= earlier.start <= at
 
-    lease_ended = [pair for pair in overlaps if lease_ended_first(*pair, calls)]
-    near_restart = [
-        pair for pair in overlaps if pair not in lease_ended and call_near_restart(pair[0])
-    ]
+    lease_ended = near_restart = 0
+    for earlier, later in overlaps:
+        if lease_ended_first(earlier, later, calls):
+            lease_ended += 1
+        elif call_near_restart(earlier):
+            near_restart += 1
     expected = {event.id for event in (*limited, *keyed)}
     return FlowReport(
         rate_limit=rate_limit,
@@ -206,9 +208,9 @@ def analyse_flow(
         lost=len(expected - handed_out - pending),
         limit_violations=sum(1 for claim in violations if not window_near_restart(claim)),
         limit_violations_near_restart=sum(1 for claim in violations if window_near_restart(claim)),
-        key_overlaps=len(overlaps) - len(lease_ended) - len(near_restart),
-        key_overlaps_near_restart=len(near_restart),
-        key_overlaps_lease_ended=len(lease_ended),
+        key_overlaps=len(overlaps) - lease_ended - near_restart,
+        key_overlaps_near_restart=near_restart,
+        key_overlaps_lease_ended=lease_ended,
         keyed_calls=len(calls),
     )
 

@@ -192,6 +192,13 @@ local function find_key(raw, key)
   return before == 123 or before == 44, last + 1  -- 123 is '{', 44 is ','
 end
 
+-- The whole number (text) that the first `"name":` (`key`) of cjson's text `raw` names, if
+-- that is a key (see find_key) and a plain whole number follows; else nil.
+local function whole_number_after(raw, key)
+  local is_key, value_at = find_key(raw, key)
+  return is_key and string.match(raw, '^(%d+)[,}]', value_at) or nil
+end
+
 -- What acknowledging needs of stored envelope `raw` (false when missing): whether it is
 -- version `version` at attempt `attempt` (texts), whether an attempt of it is under way
 -- (`due_at`), and the serial key value it holds. Read from the text where that is
@@ -204,12 +211,10 @@ local function settled_view(raw, version, attempt)
   if not raw then
     return false
   end
-  local is_key, value_at = find_key(raw, '"v":')
-  local attempt_key, attempt_at = find_key(raw, '"attempt":')
-  if is_key and string.match(raw, '^(%d+)[,}]', value_at) == version
-      and attempt_key and string.match(raw, '^(%d+)[,}]', attempt_at) == attempt
+  if whole_number_after(raw, '"v":') == version
+      and whole_number_after(raw, '"attempt":') == attempt
       and not string.find(raw, '"serial":', 1, true) then
-    is_key, value_at = find_key(raw, '"due_at":')
+    local is_key, value_at = find_key(raw, '"due_at":')
     if is_key == nil then
       return true, false, nil
     elseif is_key and string.find(raw, '^[%-%d]', value_at) then
