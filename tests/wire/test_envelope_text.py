@@ -125,6 +125,31 @@ async def test_acknowledging_reads_an_envelope_as_decoding_it_would(
 
 
 @pytest.mark.parametrize(
+    "stored",
+    [
+        *sorted({stored for stored, _, _ in SETTLING_CASES}),
+        '{"context":{"due_at":"1"},"p":"{}","v":7,"attempt":1}',
+        '{"due_at":-5,"v":7}',
+    ],
+)
+async def test_an_attempt_under_way_is_read_as_decoding_it_would(
+    redis_client: RedisClient, stored: str
+) -> None:
+    """under_way_in (whether an envelope carries `due_at`, which acknowledging and a claim
+    sent again ask) answers as the decoded envelope does, a context's key of that name too."""
+    fast, decoded = await run_lua(
+        redis_client,
+        """
+        local envelope = decoded_object(ARGV[1])
+        local expected = envelope ~= nil and envelope.due_at ~= nil
+        return {under_way_in(ARGV[1]) and 1 or 0, expected and 1 or 0}
+        """,
+        stored,
+    )
+    assert fast == decoded
+
+
+@pytest.mark.parametrize(
     "number",
     ["0", "-5", "1764345600123", "99999999999999", "-99999999999999", "1e14", "-1e14",
      "123456789012345678", "1764345600123.5", "0.1", "9007199254740993"],

@@ -120,6 +120,42 @@ local function current_deliveries(events, raws)
   return current_ids, deliveries, envelopes, unreadable
 end
 
+-- The first `"name":` in cjson's text `raw` (`key` is that text): nil when there is none,
+-- else whether it follows `{` or `,` (as every key cjson writes does) and where its value
+-- begins. A plain search: an unanchored pattern is tried at every position of the text, and
+-- on an envelope with an eight-field payload cost acknowledging four microseconds an event.
+-- Inside a string every quote is escaped, so outside one `"name":` can only be a key.
+local function find_key(raw, key)
+  local first, last = string.find(raw, key, 1, true)
+  if not first then
+    return nil
+  end
+  local before = string.byte(raw, first - 1)
+  return before == 123 or before == 44, last + 1  -- 123 is '{', 44 is ','
+end
+
+-- The whole number (text) that the first `"name":` (`key`) of cjson's text `raw` names, if
+-- that is a key (see find_key) and a plain whole number follows; else nil.
+local function whole_number_after(raw, key)
+  local is_key, value_at = find_key(raw, key)
+  return is_key and string.match(raw, '^(%d+)[,}]', value_at) or nil
+end
+
+-- Whether an attempt of stored envelope `raw` (cjson's text) is under way: whether it carries
+-- `due_at`. Read from the text when the first `"due_at":` is missing or is a key with a
+-- number after it (a context's value is a string, so that is the envelope's own); anything
+-- else (a context's key first, a value written by hand) is decoded.
+local function under_way_in(raw)
+  local is_key, value_at = find_key(raw, '"due_at":')
+  if is_key == nil then
+    return false
+  elseif is_key and string.find(raw, '^[%-%d]', value_at) then
+    return true
+  end
+  local envelope = decoded_object(raw)
+  return envelope ~= nil and envelope.due_at ~= nil
+end
+
 -- Claim receipts. A claim's reply can be lost after its script ran: the connection is cut
 -- on the way back, or the reply times out. redis-py then sends the call again, and a consumer
 -- whose call failed sends it again itself; a second claim would take other deliveries, while
@@ -170,33 +206,12 @@ local function repeated_claim(schedule, events, receipt, token, now)
   local result = {claimed_at, 0}
   local stored = hmget_all(events, ids)
   for i, id in ipairs(ids) do
-    if stored[i] and string.find(stored[i], '"due_at":', 1, true)
+    if stored[i] and under_way_in(stored[i])
         and tonumber(redis.call('ZSCORE', schedule, id)) == lease_end then
       result[#result + 1] = delivery_of(id, stored[i])
     end
   end
   return result
-end
-
--- The first `"name":` in cjson's text `raw` (`key` is that text): nil when there is none,
--- else whether it follows `{` or `,` (as every key cjson writes does) and where its value
--- begins. A plain search: an unanchored pattern is tried at every position of the text, and
--- on an envelope with an eight-field payload cost acknowledging four microseconds an event.
--- Inside a string every quote is escaped, so outside one `"name":` can only be a key.
-local function find_key(raw, key)
-  local first, last = string.find(raw, key, 1, true)
-  if not first then
-    return nil
-  end
-  local before = string.byte(raw, first - 1)
-  return before == 123 or before == 44, last + 1  -- 123 is '{', 44 is ','
-end
-
--- The whole number (text) that the first `"name":` (`key`) of cjson's text `raw` names, if
--- that is a key (see find_key) and a plain whole number follows; else nil.
-local function whole_number_after(raw, key)
-  local is_key, value_at = find_key(raw, key)
-  return is_key and string.match(raw, '^(%d+)[,}]', value_at) or nil
 end
 
 -- What acknowledging needs of stored envelope `raw` (false when missing): whether it is
@@ -214,12 +229,7 @@ local function settled_view(raw, version, attempt)
   if whole_number_after(raw, '"v":') == version
       and whole_number_after(raw, '"attempt":') == attempt
       and not string.find(raw, '"serial":', 1, true) then
-    local is_key, value_at = find_key(raw, '"due_at":')
-    if is_key == nil then
-      return true, false, nil
-    elseif is_key and string.find(raw, '^[%-%d]', value_at) then
-      return true, true, nil
-    end
+    return true, under_way_in(raw), nil
   end
   local envelope = decoded_object(raw)
   if envelope and tostring(version_of(envelope)) == version
