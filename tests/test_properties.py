@@ -4,7 +4,8 @@ Hypothesis generates sequences of enqueue, replace, enqueues sharing one script 
 concurrent callers share one), debounced replace (max_wait), cancel,
 reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
 payload's `n` is the key), dispatch, claim, a claim whose reply is lost and the same call
-sent again, success, failure, crash, lease renewal, a
+sent again, success, failure, a success or failure sent again (its reply lost, or landing
+after an outage, when the event may have moved on), crash, lease renewal, a
 stopping worker's hand-back (of an attempt no handler began, and of one cut off; a worker held
 up past its lease hands back the same way, before or after a dispatch took the event
 again), a batch
@@ -70,6 +71,8 @@ OPERATIONS = st.sampled_from(
     + ["failure"] * 2
     + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "legacy", "lose"]
     + ["hand-back", "cut-off"]
+    # A success or failure sent again: its reply was lost, or it lands after an outage.
+    + ["settle-again"]
     # A batch handler's outcome for all it holds, its successes riding its next claim.
     + ["batch"] * 2
     # Twice, so that walks through pending() overlap often with the moves they must survive.
@@ -120,6 +123,7 @@ SERIAL_STEPS = step_lists(
         + ["replace", "cancel", "reschedule", "serial", "crash", "browse", "requeue"]
         + ["undecodable", "replace-held", "cancel-held", "pause", "resume", "legacy", "lose"]
         + ["hand-back", "cut-off", "batch", "shared", "lost-reply", "claim-again"]
+        + ["settle-again"]
     ),
     st.sampled_from(["a", "b", "c", "d"]),
     st.integers(min_value=0, max_value=1).map(lambda n: f'{{"n":{n}}}'),

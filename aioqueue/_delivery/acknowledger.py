@@ -5,19 +5,59 @@ ones that would otherwise wait for a claim that is not coming soon."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 import anyio
 
 from aioqueue._transport.coalescer import Coalescer
-from aioqueue._transport.recovery import REDIS_ERRORS, logger
+from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.store import QueueStore
 
-__all__ = ["Acknowledger"]
+__all__ = ["SETTLE_TIMEOUT", "Acknowledger", "NotSettledError", "settle"]
+
+T = TypeVar("T")
 
 # Acknowledgements run shielded from shutdown (the coalescer shields its flushes), so a
 # handler that finished is not delivered again just because the service was closing; the
 # bound keeps a dead server from stalling it.
 SETTLE_TIMEOUT = 5.0
+
+
+class NotSettledError(Exception):
+    """A settlement (an acknowledgement, a failure's record) that did not reach Redis within
+    SETTLE_TIMEOUT; its text says why."""
+
+
+async def settle(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """Runs `call`, a settlement of attempts a handler ended, until it succeeds: after a Redis
+    error it is tried again at once (a pooled connection that died with a server restart),
+    then after the loops' backoff (ErrorBackoff, logged as `what` failing), for up to
+    SETTLE_TIMEOUT in all; then raises NotSettledError.
+
+    Trying again is safe because a settlement acts only on the attempt it names, while that
+    attempt is the stored one (acknowledge_deliveries and fail.lua): one that lands after the
+    event was taken again does nothing. And it is worth it: a settlement given up leaves the
+    attempt to lapse, delivered again and spent, while the server may be back within
+    seconds (a restart, a Sentinel or cluster failover) with the attempt still its own."""
+    problem = f"no answer within {SETTLE_TIMEOUT:g} s"
+    backoff = ErrorBackoff(what)
+    with anyio.move_on_after(SETTLE_TIMEOUT):
+        for tries in itertools.count():
+            try:
+                result = await call()
+            except REDIS_ERRORS as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+                if tries:
+                    await backoff.sleep_after(exc)
+                continue
+            backoff.reset()
+            return result
+    raise NotSettledError(problem)
+
+
 # Events per acknowledge call: a consumer never has more out than its parallelism anyway.
 MAX_BATCH = 500
 
@@ -40,21 +80,17 @@ class Acknowledger:
 
     async def acknowledge_all(self, envelopes: list[Envelope]) -> list[None]:
         """Acknowledges `envelopes` in one call, as acknowledge() does one."""
-        problem = f"no answer within {SETTLE_TIMEOUT:g} s"
-        with anyio.move_on_after(SETTLE_TIMEOUT):
-            # Deleting a version twice is harmless, so one more try is safe; it spares a
-            # duplicate delivery when a pooled connection died with a server restart.
-            for _ in range(2):
-                try:
-                    await self._store.acknowledge(envelopes)
-                    return [None] * len(envelopes)
-                except REDIS_ERRORS as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
-        # Not acknowledged: the pre-scheduled retries deliver them again (at-least-once).
-        logger.warning(
-            "could not acknowledge %d %s events, they will be delivered again: %s",
-            len(envelopes),
-            self._store.event_type,
-            problem,
-        )
+        event_type = self._store.event_type
+        try:
+            await settle(
+                lambda: self._store.acknowledge(envelopes), f"acknowledging {event_type} events"
+            )
+        except NotSettledError as exc:
+            # Not acknowledged: the pre-scheduled retries deliver them again (at-least-once).
+            logger.warning(
+                "could not acknowledge %d %s events, they will be delivered again: %s",
+                len(envelopes),
+                event_type,
+                exc,
+            )
         return [None] * len(envelopes)

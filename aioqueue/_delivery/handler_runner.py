@@ -17,10 +17,10 @@ from aioqueue._model.delivery import Delivery, delivery_under_way, describe_deli
 from aioqueue._model.errors import PayloadDecodeError
 from aioqueue._model.event import Event, event_context
 from aioqueue._model.metrics import Outcome
-from aioqueue._transport.recovery import REDIS_ERRORS, logger
+from aioqueue._transport.recovery import logger
 from aioqueue._wire.envelope import Envelope, died_at_from_ms
 
-from .acknowledger import SETTLE_TIMEOUT
+from .acknowledger import NotSettledError, settle
 from .handler_timeouts import HandlerTimeouts, TimeoutLane
 from .leases import Lease
 from .runner_base import Runner
@@ -266,21 +266,25 @@ async def settle_failure(
     config: ServiceConfig, lease: Lease, error: str, *, bury: bool = False
 ) -> Outcome:
     """Records a failed attempt (fail.lua): a retry after the retry policy's delay, or the
-    dead letters after the last attempt, or at once with `bury`. Shielded, and bounded when
-    Redis does not answer (the attempt then comes back when its lease ends)."""
+    dead letters after the last attempt, or at once with `bury`. Shielded, and tried again
+    through Redis errors for a bounded time (settle); if it never lands, the attempt comes
+    back when its lease ends."""
     envelope = lease.envelope
     delay = config.retry_policy.delay(envelope.attempt)
-    with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT):
+    with anyio.CancelScope(shield=True):
         try:
-            result = await lease.store.fail(
-                envelope,
-                error,
-                retry_delay_ms=max(0, round(delay * 1000)),
-                max_attempts=config.retry_attempts,
-                bury=bury,
+            result = await settle(
+                lambda: lease.store.fail(
+                    envelope,
+                    error,
+                    retry_delay_ms=max(0, round(delay * 1000)),
+                    max_attempts=config.retry_attempts,
+                    bury=bury,
+                ),
+                f"recording a failure of {envelope.event_type} {envelope.id!r}",
             )
             return "dead" if result == "dead" else "failed"
-        except REDIS_ERRORS as exc:
+        except NotSettledError as exc:
             logger.warning(
                 "could not record the failure of %s %r; it comes back when its lease ends: %s",
                 envelope.event_type,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import pathlib
 import signal
@@ -11,7 +13,13 @@ import anyio
 import pytest
 import redis.asyncio as redis
 
-from aioqueue import EventService, EventServiceBuilder, FixedDelays, ServiceState
+from aioqueue import (
+    EventService,
+    EventServiceBuilder,
+    FixedDelays,
+    ServiceState,
+    current_delivery,
+)
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
@@ -128,3 +136,69 @@ async def test_server_restart_with_aof_mid_run_loses_nothing(
             assert service.state is ServiceState.RUNNING
             assert await observer.hlen(KEYS.dead_letters) == 0
             assert await observer.llen(KEYS.ready) == 0
+
+
+async def test_a_success_acknowledged_while_the_server_is_down_lands_once_it_is_back(
+    server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that finishes while Redis is down (a restart, a failover) for longer than a
+    lease: its acknowledgement rides the consumer's claims, which give up after a lease of
+    failures, and then goes on its own, tried again until the server is back (within the
+    settle bound). So the event is deleted then, handled once, rather than delivered again
+    and its attempt spent; before, the acknowledgement on its own gave up after two tries at
+    once."""
+    # DEBUG: each failed try is logged there (the warnings are one per cause for all loops).
+    caplog.set_level(logging.DEBUG, logger="aioqueue")
+    server = server_factory(appendonly=True)
+    async with redis.Redis.from_url(server.url) as setup:
+        await setup.config_set("appendfsync", "always")  # the claim survives the stop
+    attempts: list[int] = []
+    handling = anyio.Event()
+    server_down = anyio.Event()
+
+    async def handle(event: PaymentCheck) -> bool:
+        attempts.append(current_delivery().attempt)
+        handling.set()
+        await server_down.wait()
+        return True
+
+    service = (
+        EventService.builder()
+        .url(server.url)
+        .scheduling_interval(0.05)
+        # Shorter than the outage: the claims carrying the acknowledgement give it up.
+        .lease(1)
+        .handler_timeout(60)
+        .build()
+    )
+    async with service:
+        service.add_handler(PaymentCheck, handle)
+        assert await service.enqueue(PaymentCheck(id="p-down", order_id=1), 0)
+        with anyio.fail_after(10):
+            await handling.wait()
+        # Paused, nothing is dispatched: the lapsed attempt stays the stored one after the
+        # restart, for the acknowledgement alone to settle (acknowledging ignores a pause).
+        await service.pause(PaymentCheck)
+        await anyio.to_thread.run_sync(functools.partial(server.stop, keep_data=True))
+        server_down.set()
+
+        async def acknowledgement_failed() -> bool:
+            # A try that failed, tried again ("acknowledging ... failed") or given up.
+            return any(
+                "acknowledging PaymentCheck events failed" in message
+                or "could not acknowledge" in message
+                for message in (record.getMessage() for record in caplog.records)
+            )
+
+        await wait_until(acknowledgement_failed, within=5)
+        await anyio.to_thread.run_sync(server.start)
+        async with redis.Redis.from_url(server.url) as observer:
+
+            async def deleted() -> bool:
+                return not await observer.hexists(KEYS.events, "p-down")
+
+            await wait_until(deleted, within=4)
+            assert await observer.zscore(KEYS.schedule, "p-down") is None
+            assert await observer.hlen(KEYS.dead_letters) == 0
+        assert attempts == [1]
+        assert service.state is ServiceState.RUNNING

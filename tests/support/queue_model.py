@@ -91,6 +91,9 @@ class QueueModel(Claiming, Settling):
             # Pages of one or two events: a few events make a walk of several pages, with
             # other operations between them.
             self.browse(1 + step.count // 3)
+        elif operation == "settle-again":
+            if self.settled:
+                self.settle_again(step.index, step.delay_ms)
         elif operation == "legacy":
             self.rewrite_with_long_keys(step.event_id)
         elif operation == "lose":
@@ -326,6 +329,8 @@ class QueueModel(Claiming, Settling):
             self.renew(held, delay_ms)
             return
         self.held.remove(Held(held))
+        if outcome in ("success", "failure", "undecodable"):
+            self.settled.append((outcome, held))
         if outcome == "success":
             self.succeed(held)
         elif outcome == "crash":

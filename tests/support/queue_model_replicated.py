@@ -160,7 +160,7 @@ class ReplicatedQueueModel(QueueModel):
         assert self.at_cut is not None
         for name, value in self.at_cut.items():
             setattr(self, name, value)
-        self.held = []
+        self.held, self.settled = [], []
         self.at_cut, self.linked = None, True
         self.failovers += 1
         self.survived += self._check_confirmed_survived()

@@ -21,6 +21,18 @@ class Settling(ModelState):
             del self.pending[envelope.id]
             self._moved(envelope.id)
 
+    def settle_again(self, index: int, retry_ms: int) -> None:
+        """A settlement sent again, as a worker does after a Redis error: its first call's
+        reply was lost, or it lands once the server is back from an outage, while the event
+        may have been taken again, replaced, cancelled or settled since. It acts only on the
+        attempt it names while that attempt is the stored one: succeed and fail check what
+        Redis answers."""
+        outcome, envelope = self.settled[index % len(self.settled)]
+        if outcome == "success":
+            self.succeed(envelope)
+        else:
+            self.fail(envelope, retry_ms, bury=outcome == "undecodable")
+
     def renew(self, envelope: Envelope, lease_ms: int) -> None:
         """Only the attempt still under way may be renewed: never another version, nor an
         attempt dispatched again or settled meanwhile."""

@@ -115,6 +115,8 @@ class ModelState(SteppedRedis):
         """Dead event id -> the event as it died, `error` set."""
         self.ready: list[Copy] = []
         self.held: list[Held] = []
+        self.settled: list[tuple[str, Envelope]] = []
+        """The settlements made of held deliveries (outcome, delivery), to send again."""
         self.sequence = 0
         self.generations = 0
         self.paused = False
