@@ -185,8 +185,10 @@ async def now_and_then(
 
 
 async def restart_server(
-    target: Target, chaos: Chaos, at: float, how: str, rng: random.Random
+    target: Target, chaos: Chaos, at: float, how: str, rng: random.Random, after: anyio.Event
 ) -> None:
+    """Crashes the server at `at`, not before `after` is set, and starts it again."""
+    await after.wait()
     await anyio.sleep(max(0.0, at - time.monotonic()))
     chaos.server_restart_at_ms = time.time() * 1000
     started = time.monotonic()
@@ -201,10 +203,12 @@ async def run_durable_producer(
     args: argparse.Namespace,
     window_opens: float,
     until: float,
+    started: anyio.Event,
 ) -> None:
-    """The durable enqueues, from the window's opening to the end of the chaos."""
+    """The durable enqueues, from the window's opening to the end of the chaos; `started`
+    is set once the producer's service has started."""
     await anyio.sleep(max(0.0, window_opens - time.monotonic()))
-    await durable.run(target.producer_url, args.partitions, until)
+    await durable.run(target.producer_url, args.partitions, until, started)
 
 
 async def wait_drained(
@@ -281,11 +285,23 @@ async def drive(args: argparse.Namespace) -> Report:
             durable = None
             if args.replicas and args.durable_rate > 0:
                 durable = DurableProducer(args.durable_rate, args.replicas)
+            # The crash waits for the durable producer's start: a service cannot start while
+            # the node its URL names is down (it says so, RedisUnavailableError), and after a
+            # late scheduling the crash came as the producer started, failing the whole run.
+            producer_started = anyio.Event()
             async with anyio.create_task_group() as chaos_tasks:
                 if durable is not None:
                     chaos_tasks.start_soon(
-                        run_durable_producer, durable, target, args, window_opens, chaos_until
+                        run_durable_producer,
+                        durable,
+                        target,
+                        args,
+                        window_opens,
+                        chaos_until,
+                        producer_started,
                     )
+                else:
+                    producer_started.set()
                 if args.faults:
                     cut = functools.partial(target.cut, rng)
                     chaos_tasks.start_soon(now_and_then, cut, args.cut_every, rng, chaos_until)
@@ -311,6 +327,7 @@ async def drive(args: argparse.Namespace) -> Report:
                             crash_at,
                             args.server_stop,
                             rng,
+                            producer_started,
                         )
                 else:
                     # The baseline: same load and topology, no faults.

@@ -93,8 +93,9 @@ class DurableProducer:
     given_up: int = 0
     _next: int = 0
 
-    async def run(self, url: str, partitions: int, until: float) -> None:
-        """Enqueues until the monotonic time `until`; each task finishes the event it began."""
+    async def run(self, url: str, partitions: int, until: float, started: anyio.Event) -> None:
+        """Enqueues until the monotonic time `until`; each task finishes the event it began.
+        Sets `started` once its service has started."""
         service = (
             producer_builder(url, partitions)
             .durability(replicas=self.replicas, timeout=CONFIRM_TIMEOUT)
@@ -118,6 +119,7 @@ class DurableProducer:
 
         with blocking:
             async with service, anyio.create_task_group() as tasks:
+                started.set()
                 for task in range(PRODUCERS):
                     sync = task % 2 == 1
                     tasks.start_soon(
