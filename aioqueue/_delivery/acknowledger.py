@@ -43,7 +43,7 @@ async def settle(call: Callable[[], Awaitable[T]], what: str) -> T:
     attempt to lapse, delivered again and spent, while the server may be back within
     seconds (a restart, a Sentinel or cluster failover) with the attempt still its own."""
     problem = f"no answer within {SETTLE_TIMEOUT:g} s"
-    backoff = ErrorBackoff(what)
+    backoff: ErrorBackoff | None = None  # made on a second error only: most calls succeed
     with anyio.move_on_after(SETTLE_TIMEOUT):
         for tries in itertools.count():
             try:
@@ -51,9 +51,11 @@ async def settle(call: Callable[[], Awaitable[T]], what: str) -> T:
             except REDIS_ERRORS as exc:
                 problem = f"{type(exc).__name__}: {exc}"
                 if tries:
+                    backoff = backoff or ErrorBackoff(what)
                     await backoff.sleep_after(exc)
                 continue
-            backoff.reset()
+            if backoff is not None:
+                backoff.reset()
             return result
     raise NotSettledError(problem)
 
