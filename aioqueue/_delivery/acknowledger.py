@@ -1,4 +1,6 @@
-"""Acknowledgements sent on their own: concurrent successes of one partition share a call.
+"""Settling what handlers ended, through Redis errors (settle, which failures' records use
+too), and acknowledgements sent on their own: concurrent successes of one partition share a
+call.
 
 Most acknowledgements ride the consumer's next claim instead (see Consumer); these are the
 ones that would otherwise wait for a claim that is not coming soon."""
@@ -24,6 +26,8 @@ T = TypeVar("T")
 # handler that finished is not delivered again just because the service was closing; the
 # bound keeps a dead server from stalling it.
 SETTLE_TIMEOUT = 5.0
+# Events per acknowledge call: a consumer never has more out than its parallelism anyway.
+MAX_BATCH = 500
 
 
 class NotSettledError(Exception):
@@ -58,10 +62,6 @@ async def settle(call: Callable[[], Awaitable[T]], what: str) -> T:
                 backoff.reset()
             return result
     raise NotSettledError(problem)
-
-
-# Events per acknowledge call: a consumer never has more out than its parallelism anyway.
-MAX_BATCH = 500
 
 
 class Acknowledger:
