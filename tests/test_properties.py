@@ -4,8 +4,8 @@ Hypothesis generates sequences of enqueue, replace, enqueues sharing one script 
 concurrent callers share one), debounced replace (max_wait), cancel,
 reschedule, pause, resume, rate limits (set, changed, cleared), serial keys (on, off: the
 payload's `n` is the key), dispatch, claim, a claim whose reply is lost and the same call
-sent again, success, failure, a success or failure sent again (its reply lost, or landing
-after an outage, when the event may have moved on), crash, lease renewal, a
+sent again, success, failure, a success, failure or hand-back sent again (its reply lost,
+or landing after an outage, when the event may have moved on), crash, lease renewal, a
 stopping worker's hand-back (of an attempt no handler began, and of one cut off; a worker held
 up past its lease hands back the same way, before or after a dispatch took the event
 again), a batch

@@ -15,6 +15,7 @@ spent). The scripts, and the rules they follow, are in lua/_leases.lua.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -23,9 +24,11 @@ import anyio
 import msgspec
 
 from aioqueue._transport.client import RedisClient
-from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
+from aioqueue._transport.recovery import ErrorBackoff, logger
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.store import GivenBack, QueueStore, renew_leases
+
+from .acknowledger import SETTLE_TIMEOUT, NotSettledError, settle
 
 __all__ = [
     "HAND_BACK_TIMEOUT",
@@ -38,9 +41,10 @@ __all__ = [
 # A lease is renewed this many times over its length, so that one renewal lost with a
 # connection, or a loop that stalled for a moment, still leaves time for the next.
 RENEWALS_PER_LEASE = 3
-# A hand-back runs while the service stops, shielded; this bounds it when Redis is gone (the
+# A hand-back runs while the service stops, shielded, and is tried again through Redis
+# errors as a settlement is (a restart, a failover); this bounds it when Redis stays gone (the
 # attempts then come back when their leases end, as a dead worker's would).
-HAND_BACK_TIMEOUT = 5.0
+HAND_BACK_TIMEOUT = SETTLE_TIMEOUT
 # Events a warning of leases that lapsed before their handlers began names (a batch's are
 # hundreds): as many as a chaos run's batch holds, whose analysis reads them.
 NAMED_IN_A_WARNING = 20
@@ -186,23 +190,34 @@ class Leases:
         await self.hand_back(leases)
 
     async def hand_back(self, leases: Sequence[Lease], cut_off: str | None = None) -> None:
-        """Gives `leases` back, due now (shielded; bounded by HAND_BACK_TIMEOUT): with
-        `cut_off`, why their handlers were cut off (the attempts are spent); without, no
-        handler began them (their attempts are not counted)."""
+        """Gives `leases` back, due now (shielded; each queue's call tried again through Redis
+        errors for up to HAND_BACK_TIMEOUT, as settlements are): with `cut_off`, why their
+        handlers were cut off (the attempts are spent); without, no handler began them (their
+        attempts are not counted). Queues are given back to at once, so that the bound holds
+        for all of them."""
         by_store: dict[QueueStore, list[GivenBack]] = {}
         for lease in leases:
             self.end(lease)
             by_store.setdefault(lease.store, []).append(GivenBack(lease.envelope, cut_off))
-        with anyio.CancelScope(shield=True), anyio.move_on_after(HAND_BACK_TIMEOUT):
-            for store, given in by_store.items():
-                try:
-                    await store.hand_back(given)
-                except REDIS_ERRORS as exc:
-                    logger.warning(
-                        "could not give back %d %s events; they come back when their leases "
-                        "end: %s: %s",
-                        len(given),
-                        store.event_type,
-                        type(exc).__name__,
-                        exc,
-                    )
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as group:
+                for store, given in by_store.items():
+                    group.start_soon(give_back_to, store, given)
+
+
+async def give_back_to(store: QueueStore, given: list[GivenBack]) -> None:
+    """Gives `given` back to `store` (hand_back.lua), tried again like a settlement: a
+    hand-back that lands twice gives back once, as it acts only on the attempt it names while
+    that attempt is claimed and under way. Given up, the attempts come back when their leases
+    end, as a dead worker's would, spent."""
+    try:
+        await settle(
+            functools.partial(store.hand_back, given), f"giving back {store.event_type} events"
+        )
+    except NotSettledError as exc:
+        logger.warning(
+            "could not give back %d %s events; they come back when their leases end: %s",
+            len(given),
+            store.event_type,
+            exc,
+        )

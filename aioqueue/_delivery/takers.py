@@ -13,6 +13,7 @@ on its own first, so that no success waits for a claim that may be far off.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import secrets
 import time
@@ -27,7 +28,7 @@ from aioqueue._transport.recovery import REDIS_ERRORS, ErrorBackoff, logger
 from aioqueue._wire.envelope import Envelope, EnvelopeError
 from aioqueue._wire.store import Claimed, ClaimReceipt, QueueStore
 
-from .acknowledger import Acknowledger
+from .acknowledger import Acknowledger, NotSettledError, settle
 from .handler_runner import Succeeded
 from .handoff import Handoff
 from .leases import HAND_BACK_TIMEOUT, Lease, Leases
@@ -252,14 +253,17 @@ class Takers:
         come back only when the lease ends, its attempt spent. One last call with its
         receipt, asking for nothing, fetches it (taking nothing new whether or not the claim
         ran), and it is given back uncounted, as what a stopping consumer claimed and no
-        handler began. Bounded like every hand-back: if the server is still out of reach,
-        the attempts lapse as before."""
+        handler began. Tried again through Redis errors like every hand-back (see settle),
+        the fetch and the hand-back within one hand-back's bound: if the server is still out
+        of reach then, the attempts lapse as before."""
+        fetch = functools.partial(
+            partition.store.claim, 0, lease_ms=self._config.lease_ms, receipt=receipt
+        )
+        fetching = f"fetching a lost claim of {partition.store.event_type} events"
         with anyio.CancelScope(shield=True), anyio.move_on_after(HAND_BACK_TIMEOUT):
             try:
-                claimed = await partition.store.claim(
-                    0, lease_ms=self._config.lease_ms, receipt=receipt
-                )
-            except REDIS_ERRORS:
+                claimed = await settle(fetch, fetching)
+            except NotSettledError:
                 return
             # Given back at once, never begun: how long they surely run does not matter.
             held = self._hold(partition.store, claimed, time.monotonic())

@@ -10,6 +10,7 @@ import signal
 from collections.abc import Callable
 
 import anyio
+import orjson
 import pytest
 import redis.asyncio as redis
 
@@ -35,6 +36,19 @@ async def pending_envelope(client: redis.Redis, event_id: str) -> Envelope:
     raw = await client.hget(KEYS.events, event_id)
     assert raw is not None, f"{event_id} is not pending"
     return Envelope.parse(raw, event_type="PaymentCheck", event_id=event_id)
+
+
+async def server_keeping_every_write(
+    server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> EmbeddedServer:
+    """A server whose AOF is synced on every write, so that a claim survives its stop; with
+    aioqueue's DEBUG records captured, where each failed try of a settlement is logged (the
+    warnings are one per cause for all loops)."""
+    caplog.set_level(logging.DEBUG, logger="aioqueue")
+    server = server_factory(appendonly=True)
+    async with redis.Redis.from_url(server.url) as setup:
+        await setup.config_set("appendfsync", "always")
+    return server
 
 
 @pytest.mark.backends("standalone", "cluster")
@@ -147,11 +161,7 @@ async def test_a_success_acknowledged_while_the_server_is_down_lands_once_it_is_
     settle bound). So the event is deleted then, handled once, rather than delivered again
     and its attempt spent; before, the acknowledgement on its own gave up after two tries at
     once."""
-    # DEBUG: each failed try is logged there (the warnings are one per cause for all loops).
-    caplog.set_level(logging.DEBUG, logger="aioqueue")
-    server = server_factory(appendonly=True)
-    async with redis.Redis.from_url(server.url) as setup:
-        await setup.config_set("appendfsync", "always")  # the claim survives the stop
+    server = await server_keeping_every_write(server_factory, caplog)
     attempts: list[int] = []
     handling = anyio.Event()
     server_down = anyio.Event()
@@ -202,3 +212,62 @@ async def test_a_success_acknowledged_while_the_server_is_down_lands_once_it_is_
             assert await observer.hlen(KEYS.dead_letters) == 0
         assert attempts == [1]
         assert service.state is ServiceState.RUNNING
+
+
+async def test_a_hand_back_while_the_server_is_down_lands_once_it_is_back(
+    server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service stopping while Redis is down (a restart, a failover) gives back what its
+    handlers were cut off in, tried again until the server is back (within the hand-back's
+    bound): the event is then due at once, its error saying why, rather than parked until
+    its lease ends. Before, the hand-back was given up after one try."""
+    server = await server_keeping_every_write(server_factory, caplog)
+    attempts: list[int] = []
+    handling = anyio.Event()
+
+    async def handle(event: PaymentCheck) -> bool:
+        attempts.append(current_delivery().attempt)
+        handling.set()
+        await anyio.sleep_forever()  # cut off when the shutdown grace is over
+        return True
+
+    async def hand_back_failed() -> bool:
+        return any(
+            "giving back PaymentCheck events failed" in record.getMessage()
+            for record in caplog.records
+        )
+
+    async def start_server_once_hand_back_failed() -> None:
+        await wait_until(hand_back_failed, within=10)
+        await anyio.to_thread.run_sync(server.start)
+
+    lease_seconds = 60  # its end lies far beyond the test: an event due there is parked
+    service = (
+        EventService.builder()
+        .url(server.url)
+        .scheduling_interval(0.05)
+        .lease(lease_seconds)
+        .handler_timeout(120)
+        .shutdown_grace(0.2)
+        .build()
+    )
+    # The service is left (stopped) first, then the task group waits for the restart.
+    async with anyio.create_task_group() as group, service:
+        service.add_handler(PaymentCheck, handle)
+        assert await service.enqueue(PaymentCheck(id="p-cut", order_id=1), 0)
+        with anyio.fail_after(10):
+            await handling.wait()
+        await anyio.to_thread.run_sync(functools.partial(server.stop, keep_data=True))
+        group.start_soon(start_server_once_hand_back_failed)
+        # Leaving the block stops the service: the handler is cut off, and its hand-back
+        # must outlast the server's absence.
+    assert service.state is ServiceState.CLOSED
+    assert attempts == [1]
+    assert not any("could not give back" in record.getMessage() for record in caplog.records)
+    async with redis.Redis.from_url(server.url) as observer:
+        due_ms = await observer.zscore(KEYS.schedule, "p-cut")
+        assert due_ms is not None
+        assert due_ms <= await server_time_ms(observer), "parked until its lease's end"
+        stored = orjson.loads(await observer.hget(KEYS.events, "p-cut") or b"null")
+        assert stored["attempt"] == 1  # spent: its handler began
+        assert "was cut off" in stored["error"]

@@ -329,7 +329,7 @@ class QueueModel(Claiming, Settling):
             self.renew(held, delay_ms)
             return
         self.held.remove(Held(held))
-        if outcome in ("success", "failure", "undecodable"):
+        if outcome != "crash":
             self.settled.append((outcome, held))
         if outcome == "success":
             self.succeed(held)

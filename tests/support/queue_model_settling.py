@@ -22,14 +22,19 @@ class Settling(ModelState):
             self._moved(envelope.id)
 
     def settle_again(self, index: int, retry_ms: int) -> None:
-        """A settlement sent again, as a worker does after a Redis error: its first call's
-        reply was lost, or it lands once the server is back from an outage, while the event
-        may have been taken again, replaced, cancelled or settled since. It acts only on the
-        attempt it names while that attempt is the stored one: succeed and fail check what
-        Redis answers."""
+        """A settlement (a success, a failure, a bury, a hand-back unbegun or cut off) sent
+        again, as a worker does after a Redis error: its first call's reply was lost, or it
+        lands once the server is back from an outage, while the event may have been taken
+        again, replaced, cancelled or settled since. It acts only on the attempt it names
+        while that attempt is the stored one: succeed, fail and hand_back check what Redis
+        answers."""
         outcome, envelope = self.settled[index % len(self.settled)]
         if outcome == "success":
             self.succeed(envelope)
+        elif outcome == "hand-back":
+            self.hand_back(envelope, cut_off=None)
+        elif outcome == "cut-off":
+            self.hand_back(envelope, cut_off=f"attempt {envelope.attempt} was cut off")
         else:
             self.fail(envelope, retry_ms, bury=outcome == "undecodable")
 
