@@ -71,7 +71,8 @@ OPERATIONS = st.sampled_from(
     + ["failure"] * 2
     + ["undecodable", "crash", "replace-held", "cancel-held", "extend-held", "legacy", "lose"]
     + ["hand-back", "cut-off"]
-    # A success or failure sent again: its reply was lost, or it lands after an outage.
+    # A success, failure or hand-back sent again: its reply was lost, or it lands after an
+    # outage.
     + ["settle-again"]
     # A batch handler's outcome for all it holds, its successes riding its next claim.
     + ["batch"] * 2

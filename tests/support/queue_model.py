@@ -329,19 +329,11 @@ class QueueModel(Claiming, Settling):
             self.renew(held, delay_ms)
             return
         self.held.remove(Held(held))
-        if outcome != "crash":
-            self.settled.append((outcome, held))
-        if outcome == "success":
-            self.succeed(held)
-        elif outcome == "crash":
-            pass  # nothing is settled: only the lease the claim set remains
-        elif outcome == "hand-back":  # its worker stops, or is held up past the lease, unbegun
-            self.hand_back(held, cut_off=None)
-        elif outcome == "cut-off":  # its worker stops after its grace, the handler cut off
-            self.hand_back(held, cut_off=f"attempt {held.attempt} was cut off")
-        else:
-            # With retry 0 or an hour, like the leases.
-            self.fail(held, delay_ms, bury=outcome == "undecodable")
+        if outcome == "crash":
+            return  # nothing is settled: only the lease the claim set remains
+        self.settled.append((outcome, held))
+        # A failure is retried after 0 or an hour, like the leases.
+        self.settle_as(outcome, held, delay_ms)
 
     def settle_batch(self, failures: int, retry_ms: int, lease_ms: int) -> None:
         """A batch handler's outcome for every held delivery at once: those whose position

@@ -29,6 +29,13 @@ class Settling(ModelState):
         while that attempt is the stored one: succeed, fail and hand_back check what Redis
         answers."""
         outcome, envelope = self.settled[index % len(self.settled)]
+        self.settle_as(outcome, envelope, retry_ms)
+
+    def settle_as(self, outcome: str, envelope: Envelope, retry_ms: int) -> None:
+        """Settles held delivery `envelope` as `outcome` says: "success", "hand-back" (its
+        worker stops, or is held up past the lease, before the handler began), "cut-off"
+        (its worker stops after its grace, the handler cut off), else a failure retried after
+        `retry_ms` ("undecodable": buried at once)."""
         if outcome == "success":
             self.succeed(envelope)
         elif outcome == "hand-back":
