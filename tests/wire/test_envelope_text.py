@@ -86,6 +86,21 @@ SETTLING_CASES = [
     ('{ "v":7,"attempt":1,"due_at":5}', "7", "1"),
     ('{"v":7,"attempt": 1,"due_at":5}', "7", "1"),
     ('{"p":"{}","v":7,"attempt":1,"due_at":"soon"}', "7", "1"),
+    # The version's and the attempt's text are found anywhere, but only whole, and only as
+    # the envelope's own keys: not as the first digits of another number, not inside a
+    # payload's or an error's text, not as a context's value.
+    ('{"p":"{}","v":70,"attempt":1,"due_at":5}', "7", "1"),
+    ('{"p":"{}","v":7,"attempt":12,"due_at":5}', "7", "1"),
+    ('{"p":"{}","v":7,"attempt":21,"due_at":5}', "7", "1"),
+    ('{"attempt":1,"due_at":5,"p":"{}","v":7}', "7", "1"),
+    ('{"p":"{\\"v\\":7,\\"attempt\\":1,\\"due_at\\":1}","v":8,"attempt":2,"due_at":5}', "7", "1"),
+    (
+        '{"error":"\\"v\\":7,\\"attempt\\":1,\\"due_at\\":","p":"{}","v":8,"attempt":1,"due_at":5}',
+        "7",
+        "1",
+    ),
+    ('{"context":{"v":"7"},"p":"{}","v":8,"attempt":1,"due_at":5}', "7", "1"),
+    ('{"p":"{}","v":7,"attempt":1,"due_at":5,"serial":"customer-9"}', "7", "1"),
     # No attempt: never delivered, so no acknowledgement is of it.
     ('{"p":"{}","v":7}', "7", "1"),
     # Not an envelope at all.

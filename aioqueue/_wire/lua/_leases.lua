@@ -226,10 +226,21 @@ local function settled_view(raw, version, attempt)
   if not raw then
     return false
   end
-  if whole_number_after(raw, '"v":') == version
-      and whole_number_after(raw, '"attempt":') == attempt
-      and not string.find(raw, '"serial":', 1, true) then
-    return true, under_way_in(raw), nil
+  if not string.find(raw, '"serial":', 1, true) then
+    -- The text of a first attempt (first_attempt_text) holds `"attempt":<n>,"due_at":`, and
+    -- with it and the version's own bytes found anywhere it is the delivered attempt, under
+    -- way: only a key can hold an unescaped `"name":`, and only the envelope's own keys have
+    -- numbers after them. Two plain searches cost a third of reading each field's number.
+    local _, version_end = string.find(raw, '"v":' .. version, 1, true)
+    local after_version = version_end and string.byte(raw, version_end + 1)
+    if (after_version == 44 or after_version == 125)  -- ',' or '}': all of the number
+        and string.find(raw, '"attempt":' .. attempt .. ',"due_at":', 1, true) then
+      return true, true, nil
+    end
+    if whole_number_after(raw, '"v":') == version
+        and whole_number_after(raw, '"attempt":') == attempt then
+      return true, under_way_in(raw), nil
+    end
   end
   local envelope = decoded_object(raw)
   if envelope and tostring(version_of(envelope)) == version
