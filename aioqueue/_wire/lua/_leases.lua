@@ -230,7 +230,8 @@ local function settled_view(raw, version, attempt)
     -- The text of a first attempt (first_attempt_text) holds `"attempt":<n>,"due_at":`, and
     -- with it and the version's own bytes found anywhere it is the delivered attempt, under
     -- way: only a key can hold an unescaped `"name":`, and only the envelope's own keys have
-    -- numbers after them. Two plain searches cost a third of reading each field's number.
+    -- numbers after them. Two plain searches take half the time of reading each field's
+    -- number (0.74 against 1.44 microseconds an event, docs/benchmarks.md).
     local _, version_end = string.find(raw, '"v":' .. version, 1, true)
     local after_version = version_end and string.byte(raw, version_end + 1)
     if (after_version == 44 or after_version == 125)  -- ',' or '}': all of the number
