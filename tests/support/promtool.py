@@ -1,5 +1,5 @@
 """promtool, for the tests of the deployment kit's alerting rules
-(tests/project/test_deploy_kit.py).
+(tests/project/test_deploy_prometheus.py).
 
 promtool comes from Debian's `prometheus` package. It is unpacked, not installed: `apt-get
 download prometheus` and `dpkg-deb -x` into `<virtualenv>/tools/prometheus/`, beside the
