@@ -218,6 +218,7 @@ MATRIX_MODULES = frozenset(
         "test_durability_failover",  # its Sentinel runs
         "test_pause",  # flow control: pause, rate limits, serial keys
         "test_rate_limit",
+        "test_replace_and_cancel",
         "test_schedules",  # recurring events
         "test_schedule_names",
         "test_schedule_data_loss",
@@ -240,13 +241,13 @@ CORE_TESTS = frozenset(
         "test_data_loss::test_a_running_service_records_its_types_again_and_keeps_serial_keys_and_limits",
         "test_dead_letters::test_failures_are_retried_then_dead_lettered_and_requeue_revives_them",
         "test_dead_letters::test_malformed_events_are_dead_lettered_and_the_consumer_goes_on",
-        "test_delivery::test_cancel_during_a_failing_handler_leaves_no_retry",
         "test_delivery::test_due_times_follow_the_server_clock_not_the_local_one",
         "test_delivery::test_services_sharing_a_queue_deliver_each_event_exactly_once",
-        "test_delivery::test_success_deletes_only_the_version_that_was_delivered",
         "test_durability::test_a_frozen_replica_makes_every_durable_write_fail_until_it_resumes",
         "test_pause::test_nothing_is_handled_while_paused_and_all_in_due_order_after",
         "test_rate_limit::test_the_recorded_limit_holds_for_a_service_configured_otherwise",
+        "test_replace_and_cancel::test_cancel_during_a_failing_handler_leaves_no_retry",
+        "test_replace_and_cancel::test_success_deletes_only_the_version_that_was_delivered",
         "test_schedules::test_missed_ticks_follow_the_misfire_policy",
         "test_schedule_names::test_declaring_a_name_under_another_type_moves_it_and_remove_removes_it",
         "test_schedule_data_loss::test_a_lost_directory_under_records_of_later_tokens_keeps_the_schedule",
