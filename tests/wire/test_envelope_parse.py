@@ -2,7 +2,7 @@
 anything else through the general reading: for any JSON text, duplicate keys and other
 types included, it must accept and refuse what the general reading does, with the same
 result. That envelopes are left to reference counting (gc=False) is checked with the
-worker's other per-event records, in tests/delivery/test_batch_handlers.py."""
+worker's other per-event records, in tests/delivery/test_batch_instrumentation.py."""
 
 from __future__ import annotations
 
