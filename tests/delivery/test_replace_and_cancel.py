@@ -66,14 +66,20 @@ async def test_enqueue_keeps_a_pending_event_unless_replace_is_given(
     assert handler.ids == ["p-1"]
 
 
-async def stale_copy_ahead(service: EventService, gate: Gate, client: RedisClient) -> None:
-    """With `gate` the only slot's handler, holding "blocker": "p-1" dispatched, then replaced,
-    so that the ready list holds its stale copy ahead of its current one."""
+async def waiting_behind_a_blocker(service: EventService, gate: Gate, client: RedisClient) -> None:
+    """With `gate` the only slot's handler, holding "blocker": "p-1" (order 1) dispatched,
+    waiting in the ready list, unclaimed."""
     service.add_handler(PaymentCheck, gate, parallelism=1)
     await service.enqueue(PaymentCheck(id="blocker", order_id=0), 0)
     await gate.recorder.wait_for(1)
     await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
     await wait_until(ready_list_holds(client, ["p-1"]))
+
+
+async def stale_copy_ahead(service: EventService, gate: Gate, client: RedisClient) -> None:
+    """With `gate` the only slot's handler, holding "blocker": "p-1" dispatched, then replaced,
+    so that the ready list holds its stale copy ahead of its current one."""
+    await waiting_behind_a_blocker(service, gate, client)
     assert await service.enqueue(PaymentCheck(id="p-1", order_id=2), 0, replace=True)
     # Both versions are now due and waiting; only the new one may be handed out.
     await wait_until(ready_list_holds(client, ["p-1", "p-1"]))
@@ -161,11 +167,7 @@ async def test_cancel_drops_an_event_already_waiting_in_the_ready_list(
     """An event dispatched but not yet claimed must not reach a handler once cancel returns."""
     gate = Gate()
     async with service_builder().build() as service:
-        service.add_handler(PaymentCheck, gate, parallelism=1)
-        await service.enqueue(PaymentCheck(id="blocker", order_id=0), 0)
-        await gate.recorder.wait_for(1)
-        await service.enqueue(PaymentCheck(id="p-1", order_id=1), 0)
-        await wait_until(ready_list_holds(redis_client, ["p-1"]))
+        await waiting_behind_a_blocker(service, gate, redis_client)
         assert await service.cancel(PaymentCheck, "p-1") is True
         gate.open()
         await service.enqueue(PaymentCheck(id="p-2", order_id=2), 0)
