@@ -55,7 +55,8 @@ a graceful stop gives back what no handler began, uncounted). The exit status is
 invented or wrongly dead, a lease counter is not 0, or, with AOF on or replicas,
 something was lost, left pending or a tick missing, or, with replicas, a durable enqueue's
 event lost, invented or given up.
-The worker processes are driven by chaos_pool.py, the options are in chaos_args.py.
+The worker processes are driven by chaos_pool.py, the options are in chaos_args.py, and what
+the run leaves is judged into its report in chaos_judge.py.
 Every loop is bounded in count and in time; all traffic stays on 127.0.0.1.
 """
 
@@ -70,7 +71,6 @@ import random
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -79,37 +79,29 @@ from pathlib import Path
 import anyio
 import redis.asyncio as redis
 from chaos_args import parse_args
-from chaos_durable import DURABLE_PREFIX, DurableProducer
+from chaos_durable import DurableProducer
 from chaos_flow import (
-    KEYED_PREFIX,
-    LIMITED_PREFIX,
     ChaosKeyed,
     ChaosLimited,
     analyse_flow,
     plan_flow_events,
     rate_limit_for,
 )
+from chaos_judge import RunRecord, judge
 from chaos_leases import (
-    late_after_kills,
     read_deliveries,
     read_lapsed_not_begun,
-    unbegun_attempts,
 )
 from chaos_pool import WORKER_READY_TIMEOUT, WorkerPool
 from chaos_report import (
-    SLICES,
     Chaos,
     Report,
-    histogram,
-    percentiles,
     print_report,
 )
 from chaos_topology import Target, cluster, sentinel_group, single_server
 from chaos_worker import (
     EVENT_TYPE,
     PREFIX,
-    TICK_PREFIX,
-    TICK_SECONDS,
     ChaosEvent,
     producer_builder,
     run_worker,
@@ -362,104 +354,24 @@ async def drive(args: argparse.Namespace) -> Report:
             else None,
         )
 
-    ticks = sorted({call.due_ms for call in calls if call.event_id.startswith(TICK_PREFIX)})
-    durable_report = None
-    if durable is not None:
-        durable_report = durable.report(
-            handed_out=(call[0] for call in calls),
-            still_there=pending_ids | dead_ids,
-            crash_ms=(chaos.server_restart_at_ms, chaos.server_down_seconds * 1000)
-            if chaos.server_restarts
-            else None,
-        )
-    flow_prefixes = (TICK_PREFIX, LIMITED_PREFIX, KEYED_PREFIX, DURABLE_PREFIX)
-    calls = [call for call in calls if not call[0].startswith(flow_prefixes)]
-    killed = late_after_kills(calls, chaos.kills_ms, args.lease * 1000)
-    crash_ms = (
-        (chaos.server_restart_at_ms, chaos.server_down_seconds * 1000)
-        if chaos.server_restarts
-        else None
-    )
-    unbegun = unbegun_attempts(calls, chaos.kills_ms, args.lease * 1000, crash_ms, lapsed_not_begun)
-    tick_ms = round(TICK_SECONDS * 1000)
-    expected_ticks = (ticks[-1] - ticks[0]) // tick_ms + 1 if ticks else 0
-    expected = {event.id for event in events}
-    healthy_calls = [call for call in calls if call[0] not in poisoned]
-    per_id = Counter(call.event_id for call in healthy_calls)
-    first: dict[str, float] = {}
-    slices: list[list[float]] = [[] for _ in range(SLICES)]
-    window_ms = args.window * 1000
-    for event_id, due_ms, handled_ms, *_ in sorted(healthy_calls, key=lambda call: call[2]):
-        if event_id not in first:
-            first[event_id] = late = max(0.0, handled_ms - due_ms)
-            index = int((due_ms - first_due_ms) / window_ms * SLICES)
-            slices[min(SLICES - 1, max(0, index))].append(late)
-    handed_out = {call.event_id for call in calls}
-    # Still pending at the end (only when the drain timed out) is late, not lost.
-    lost = (expected - poisoned - set(first) - dead_ids - pending_ids) | (
-        poisoned - dead_ids - pending_ids
-    )
-    lateness = list(first.values())
-    return Report(
+    record = RunRecord(
         topology=target.name,
-        partitions=args.partitions,
-        replicas=args.replicas,
-        aof=args.aof,
-        faults=args.faults,
-        events=args.events,
-        window_seconds=args.window,
-        workers=args.workers,
-        seed=args.seed,
+        events=events,
+        poisoned=frozenset(poisoned),
+        first_due_ms=first_due_ms,
         scheduled=scheduled,
-        poisoned=len(poisoned),
-        delivered=len(first),
-        deliveries=len(healthy_calls),
-        duplicated=sum(1 for count in per_id.values() if count > 1),
-        lost=len(lost),
-        dead=len(dead_ids),
-        dead_unexpected=len(dead_ids - poisoned),
-        dead_unhandled=len(dead_ids - handed_out),
-        back_after_kill=killed.came_back,
-        late_after_kill=killed.late,
-        untimed_after_kill=killed.untimed,
-        latest_after_kill_ms=killed.latest_after_kill_ms,
-        latest_kill_after_crash_ms=None
-        if killed.latest_kill_ms is None or not chaos.server_restarts
-        else killed.latest_kill_ms - chaos.server_restart_at_ms,
-        latest_after_kill_calls=killed.latest_calls,
-        unbegun_spent=unbegun.spent,
-        unbegun_held_up=unbegun.held_up,
-        unbegun_unexplained=unbegun.unexplained,
-        unbegun_examples=unbegun.examples,
-        invented=len(handed_out - expected),
-        pending_at_end=len(pending_ids),
-        delivered_before_server_restart=len(
-            {
-                call.event_id
-                for call in healthy_calls
-                if call.handled_ms < chaos.server_restart_at_ms
-            }
-        ),
-        lateness_ms=percentiles(lateness),
-        lateness_histogram=histogram(lateness),
-        lateness_by_slice=[
-            {
-                "from_s": round(index * args.window / SLICES, 1),
-                **{k: v for k, v in percentiles(values).items() if k in ("p50", "p99", "max")},
-            }
-            for index, values in enumerate(slices)
-        ],
-        chaos=chaos,
-        elapsed_seconds=round(time.monotonic() - run_started, 1),
-        drained=drained,
+        calls=calls,
         torn_lines=torn,
-        ticks_delivered=len(ticks),
-        tick_gaps=expected_ticks - len(ticks),
-        sync_workers=(args.workers + 1) // 3,
-        batch_workers=args.workers // 3,
+        lapsed_not_begun=lapsed_not_begun,
+        pending_ids=pending_ids,
+        dead_ids=dead_ids,
         flow=flow,
-        durable=durable_report,
+        durable=durable,
+        chaos=chaos,
+        drained=drained,
+        started=run_started,
     )
+    return judge(args, record)
 
 
 def log(args: argparse.Namespace, message: str) -> None:
