@@ -15,7 +15,6 @@ from typing import Any
 import anyio
 import httpx
 import orjson
-import redis.asyncio as redis
 
 from aioqueue._transport.client import RedisClient
 from aioqueue.testing import free_port
@@ -122,7 +121,7 @@ async def declare(client: RedisClient, *event_types: str, prefix: str = "aioqueu
     await client.hset(f"{prefix}:types", mapping=dict.fromkeys(event_types, 1))
 
 
-async def stored_envelope(client: redis.Redis, event_type: str, event_id: str) -> dict[str, Any]:
+async def stored_envelope(client: RedisClient, event_type: str, event_id: str) -> dict[str, Any]:
     """The envelope in `events` of a pending event (fails the test if there is none)."""
     raw = await client.hget(queue_key(event_type, "events"), event_id)
     assert raw is not None, f"{event_type} {event_id!r} is not pending"

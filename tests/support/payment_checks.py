@@ -12,11 +12,14 @@ import anyio
 import orjson
 
 from aioqueue._transport.client import RedisClient
-from tests.support.common import PaymentCheck, Recorder, queue_key
+from aioqueue._wire.keys import QueueKeys
+from tests.support import common, ops
+from tests.support.common import PaymentCheck, Recorder
 
-SCHEDULE = queue_key("PaymentCheck", "schedule")
-EVENTS = queue_key("PaymentCheck", "events")
-READY = queue_key("PaymentCheck", "ready")
+KEYS = QueueKeys.for_type("aioqueue", "PaymentCheck")
+SCHEDULE = KEYS.schedule
+EVENTS = KEYS.events
+READY = KEYS.ready
 
 # Long enough for a wrongly scheduled retry to show: the test services dispatch every 50 ms
 # and retry after 50 ms. Used only to prove that something does NOT happen.
@@ -54,10 +57,7 @@ async def due_ms(client: RedisClient, event_id: str) -> float:
 
 
 async def stored_envelope(client: RedisClient, event_id: str) -> dict[str, Any]:
-    raw = await client.hget(EVENTS, event_id)
-    assert raw is not None, f"{event_id} is not pending"
-    envelope: dict[str, Any] = orjson.loads(raw)
-    return envelope
+    return await ops.stored_envelope(client, "PaymentCheck", event_id)
 
 
 async def ready_ids(client: RedisClient) -> list[str]:
@@ -67,11 +67,7 @@ async def ready_ids(client: RedisClient) -> list[str]:
 
 def drained(client: RedisClient) -> Callable[[], Awaitable[bool]]:
     """True once PaymentCheck has nothing pending: every delivery was settled."""
-
-    async def check() -> bool:
-        return await client.hlen(EVENTS) == 0 and await client.zcard(SCHEDULE) == 0
-
-    return check
+    return common.drained(client, KEYS)
 
 
 def ready_list_holds(client: RedisClient, ids: list[str]) -> Callable[[], Awaitable[bool]]:
