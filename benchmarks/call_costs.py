@@ -144,6 +144,7 @@ async def measure(url: str, calls: int, repeats: int) -> None:
     try:
         config = EventService.builder().client(client).build().config
         store = QueueStore(client, _queue_keys(client), event_type_name(BenchEvent))
+        await client.function_load(NOTHING, replace=True)  # FLUSHALL keeps functions
         server = server_name(await client.info())
         figures = _figures(url, client, store, config, calls)
         # Each pass measures every figure once, and the two claims of a size twice, in the
@@ -175,14 +176,8 @@ def _figures(
         ("aioqueue_call_costs_nothing", "a function that does nothing, given claim's keys"),
         ("aioqueue_call_costs_clock", "the same, reading the server's clock (TIME)"),
     ):
-
-        async def bare_calls(function: str = function) -> float:
-            # Loaded again each pass: the other figures' FLUSHALL drops functions (7.0+).
-            await client.function_load(NOTHING, replace=True)
-            call = functools.partial(client.fcall, function, len(keys), *keys)
-            return await script_usec(client, calls, call)
-
-        figures.append((name, bare_calls, None))
+        call = functools.partial(client.fcall, function, len(keys), *keys)
+        figures.append((name, functools.partial(script_usec, client, calls, call), None))
     tokens = receipts()
 
     async def empty_claims() -> float:
