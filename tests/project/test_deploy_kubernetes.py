@@ -26,11 +26,26 @@ from tests.support.deploy_kit import (
     EXPORTER_MANIFEST,
     KUBERNETES_VERSIONS,
     WORKER_MANIFEST,
-    command_line,
-    container,
     manifests,
     only,
 )
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    [only_container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert isinstance(only_container, dict)
+    return only_container
+
+
+def command_line(of: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:
+    """The container's command and args, with `$(NAME)` expanded as Kubernetes does."""
+    words = [*of["command"], *of["args"]]
+
+    def expand(word: str) -> str:
+        return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: (env or {})[m[1]], word)
+
+    return [expand(str(word)) for word in words]
+
 
 # -- Kubernetes: the schemas -------------------------------------------------------------------
 

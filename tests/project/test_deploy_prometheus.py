@@ -20,7 +20,6 @@ from tests.support.deploy_kit import (
     EXPORTER_MANIFEST,
     SCRAPE_CONFIGS,
     WORKER_MANIFEST,
-    alert_rules,
     only,
 )
 from tests.support.promql import emitted_series, unknown_series
@@ -102,6 +101,12 @@ def run_promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(promtool()), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
     )
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    with ALERTS.open() as file:
+        groups = yaml.safe_load(file)["groups"]
+    return [rule for group in groups for rule in group["rules"]]
 
 
 def test_promtool_checks_the_rules() -> None:

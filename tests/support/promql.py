@@ -13,7 +13,11 @@ from aioqueue._admin.stats import QueueStats
 from aioqueue._model.metrics import Outcome
 from aioqueue._model.workers import Worker, WorkerHandler, WorkerState
 from aioqueue.prometheus import PrometheusMetrics
-from tests.support.deploy_kit import SCRAPE_SERIES, TARGET_LABELS
+
+# Labels Prometheus adds to every scraped series (the target's, and those the jobs of
+# scrape-configs.yml relabel), and the series it makes itself for each target.
+TARGET_LABELS = frozenset({"job", "instance", "namespace", "pod"})
+SCRAPE_SERIES = {"up": frozenset(TARGET_LABELS)}
 
 # Words of PromQL that are not metric names: aggregations (which may be followed by
 # `by (...)` rather than by their parenthesis), operators, modifiers, literals.
