@@ -31,6 +31,7 @@ group too; by default (`core`) only the tests marked for "sentinel" do.
 from __future__ import annotations
 
 import gc
+import itertools
 import pathlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -382,6 +383,10 @@ class ScriptCall:
     args: list[str | int | bytes]
     at: float = field(default_factory=time.monotonic, compare=False)
     """When (monotonic) the call was built, which is when it was about to be sent."""
+    pipeline: int = field(default=0, compare=False)
+    """Which pipeline the call went out in: the calls one pipelined call sent share it (a
+    dispatcher's pass over several queues, for example); a call sent on its own has one of
+    its own."""
 
 
 @pytest.fixture
@@ -391,6 +396,7 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
     durable_pipelined_steps; a refused pipelined call that runs again on its own is recorded
     twice)."""
     calls: list[ScriptCall] = []
+    pipelines = itertools.count(1)
     original_steps = LuaScript.steps
     original_pipelined = LuaScript.pipelined_steps
     original_outcomes = LuaScript.pipelined_outcomes
@@ -398,12 +404,16 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> list[ScriptCall]:
     Pipelined = Sequence[WireCall]
 
     def note(script: LuaScript, pipelined: Pipelined) -> None:
-        calls.extend(ScriptCall(script.name, list(keys), list(args)) for keys, args in pipelined)
+        pipeline = next(pipelines)
+        calls.extend(
+            ScriptCall(script.name, list(keys), list(args), pipeline=pipeline)
+            for keys, args in pipelined
+        )
 
     def recording_steps(
         script: LuaScript, client: object, keys: Sequence[str], args: Sequence[str | int | bytes]
     ) -> Steps[Any]:
-        calls.append(ScriptCall(script.name, list(keys), list(args)))
+        calls.append(ScriptCall(script.name, list(keys), list(args), pipeline=next(pipelines)))
         return original_steps(script, client, keys, args)
 
     def recording_pipelined(
