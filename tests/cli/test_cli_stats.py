@@ -12,9 +12,9 @@ import redis.asyncio as redis
 
 from aioqueue import Event, EventServiceBuilder, FixedDelays
 from aioqueue._admin.stats import QueueStats, read_stats
-from tests.conftest import ScriptCall
 from tests.support.common import queue_key, wait_until
 from tests.support.ops import run_cli
+from tests.support.script_calls import ScriptCall
 
 
 @dataclass

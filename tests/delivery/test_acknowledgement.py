@@ -11,8 +11,8 @@ import pytest
 
 from aioqueue import EventServiceBuilder
 from aioqueue._transport.client import RedisClient
-from tests.conftest import ScriptCall
 from tests.support.common import PaymentCheck, Recorder, queue_key, wait_until
+from tests.support.script_calls import ScriptCall
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 

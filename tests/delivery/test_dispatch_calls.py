@@ -10,8 +10,8 @@ import pytest
 
 from aioqueue import EventServiceBuilder
 from aioqueue._delivery import dispatcher
-from tests.conftest import ScriptCall
 from tests.support.common import DispatchSizes, OrderTimeout, PaymentCheck, Recorder, wait_until
+from tests.support.script_calls import ScriptCall
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 

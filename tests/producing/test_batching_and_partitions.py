@@ -12,7 +12,6 @@ import redis.asyncio as redis
 
 from aioqueue import EventServiceBuilder, InvalidEnqueueError
 from aioqueue._wire.keys import QueueLayout
-from tests.conftest import ScriptCall
 from tests.support.common import (
     DispatchSizes,
     OrderTimeout,
@@ -21,6 +20,7 @@ from tests.support.common import (
     queue_key,
     wait_until,
 )
+from tests.support.script_calls import ScriptCall
 
 pytestmark = pytest.mark.backends("standalone", "cluster")
 

@@ -29,7 +29,6 @@ from aioqueue import (
     SyncProducer,
 )
 from aioqueue._transport.client import RedisClient
-from tests.conftest import ScriptCall
 from tests.support.common import (
     OrderStep,
     PaymentCheck,
@@ -38,6 +37,7 @@ from tests.support.common import (
     queue_key,
     server_time_ms,
 )
+from tests.support.script_calls import ScriptCall
 
 Builder = Callable[[], EventServiceBuilder]
 

@@ -26,9 +26,9 @@ from aioqueue._transport.client import RedisClient
 from aioqueue._wire.registry import registry_key
 from aioqueue._wire.workers import LIVES_FOR_BEATS, read_workers
 from aioqueue.testing import EmbeddedServer, free_port
-from tests.conftest import ScriptCall
 from tests.support.common import EVERY_TOPOLOGY, OrderTimeout, PaymentCheck, Recorder, wait_until
 from tests.support.ops import ROOT, run_cli
+from tests.support.script_calls import ScriptCall
 
 Builder = Callable[[], EventServiceBuilder]
 

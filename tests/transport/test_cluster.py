@@ -23,8 +23,8 @@ from aioqueue import Event, EventService, EventServiceBuilder
 from aioqueue._transport.client import RedisClient
 from aioqueue._wire.keys import QueueKeys, QueueLayout
 from aioqueue.testing import EmbeddedCluster
-from tests.conftest import ScriptCall
 from tests.support.common import OrderTimeout, PaymentCheck, Recorder, wait_until
+from tests.support.script_calls import ScriptCall
 
 Builder = Callable[[], EventServiceBuilder]
 
