@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio
-from system_aioqueue import replicated_server
+from replicated_server import replicated_server
 
 from aioqueue import Durability, Event, EventService
 from aioqueue._producing.durability import DurableCalls, durable_pipelined_steps

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import statistics
 import sys
@@ -33,6 +32,7 @@ from common import (
     run_in_flight,
     stats_delta,
 )
+from replicated_server import replicated_server
 from scenarios import main
 
 import aioqueue
@@ -52,7 +52,6 @@ from aioqueue import (
 from aioqueue._wire.keys import QueueKeys
 from aioqueue._wire.scripts import script_source
 from aioqueue._wire.store import QueueStore
-from aioqueue.testing import EmbeddedServer
 
 ENQUEUE_MANY = "enqueue_many"
 # The enqueue scenario through aioqueue.SyncProducer from threads, as a threaded WSGI server
@@ -95,7 +94,6 @@ REPLICATED = (REPLICA_ATTACHED, REPLICA_ATTACHED_MANY, DURABLE, DURABLE_MANY)
 DURABILITY_METHOD = "durability"
 # Generous, so that a loaded machine shows up as a slower rate, not as failed enqueues.
 DURABILITY_TIMEOUT = timedelta(seconds=5)
-REPLICA_LINK_TIMEOUT = 10.0
 # Loading a backlog: events per enqueue script call (as enqueue_many chunks them), script calls
 # per pipeline, and pipelines in flight. Faster here than enqueue_many itself, which also
 # validates and encodes each event through the service.
@@ -362,51 +360,6 @@ class AioqueueSystem:
 
 def has_durability() -> bool:
     return hasattr(EventServiceBuilder, DURABILITY_METHOD)
-
-
-@asynccontextmanager
-async def replicated_server() -> AsyncIterator[list[str]]:
-    """A primary with one replica, both started for the caller; their URLs, primary first."""
-    primary = EmbeddedServer()
-    # Starting waits for the server to answer: in a thread, as every start here.
-    await asyncio.to_thread(primary.start)
-    try:
-        replica = EmbeddedServer(extra_args=["--replicaof", primary.host, str(primary.port)])
-        await asyncio.to_thread(replica.start)
-        try:
-            await wait_for_replica(primary.url)
-            yield [primary.url, replica.url]
-        finally:
-            await asyncio.to_thread(replica.stop)
-    finally:
-        await asyncio.to_thread(primary.stop)
-
-
-async def wait_for_replica(url: str) -> None:
-    """Returns once the primary at `url` has a replica online (its first sync done) that has
-    acknowledged a write: from Redis 7.0 (and in Valkey) a primary streams writes to a freshly
-    synced replica only after the replica's first acknowledgement, which its once-a-second
-    timer sends, so the first durable enqueues would otherwise wait up to a second."""
-    client = redis.asyncio.Redis.from_url(url, single_connection_client=True)
-    try:
-        deadline = time.monotonic() + REPLICA_LINK_TIMEOUT
-        while True:
-            replication = await client.info("replication")
-            replica = replication.get("slave0")
-            if isinstance(replica, dict) and replica.get("state") == "online":
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no replica came online within {REPLICA_LINK_TIMEOUT:g} s")
-            await asyncio.sleep(0.02)
-        # A write of this connection, removed again, for WAIT to count the acknowledgement.
-        await client.set("replication-probe", "1")
-        await client.delete("replication-probe")
-        if await client.wait(1, round(REPLICA_LINK_TIMEOUT * 1000)) < 1:
-            raise RuntimeError(
-                f"the replica acknowledged nothing within {REPLICA_LINK_TIMEOUT:g} s"
-            )
-    finally:
-        await client.aclose()
 
 
 def _queue_keys(client: redis.asyncio.Redis) -> QueueKeys:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
+from command_observer import observe_commands
 from common import (
     AN_HOUR,
     IDLE_SETTLE,
@@ -43,7 +44,6 @@ from common import (
     spread_delays,
     used_memory,
 )
-from scenarios import observe_commands
 
 NODE_SCRIPT = pathlib.Path(__file__).resolve().parent / "bullmq_node" / "bench.mjs"
 # How long a Node worker may take to say it is ready (seconds).
