@@ -211,7 +211,7 @@ MATRIX_MODULES = frozenset(
         "test_browse",
         "test_chaos",  # kills, cuts, a crash or a failover, durable enqueues through it
         "test_cluster",  # an embedded cluster of each version
-        "test_data_loss",  # FLUSHALL drops the functions (7.0+) or the script cache (6.2)
+        "test_data_loss",  # an empty restart drops functions (7.0+) or scripts (6.2)
         "test_dead_letters",  # retries and dead letters
         "test_delivery",
         "test_durability",  # WAIT everywhere, WAITAOF from 7.2, EVALSHA on 6.2
