@@ -252,9 +252,16 @@ class BatchRunner(Runner[BatchHandler]):
             for lease, error in failed:
                 settling.start_soon(settle, lease, error)
 
-    def report_success(self, succeeded: Succeeded) -> None:
-        """Reports a success once it is acknowledged (or once acknowledging it failed)."""
-        self._report("ok", succeeded.lease, succeeded.duration)
+    def report_successes(self, succeeded: Sequence[Succeeded]) -> None:
+        """Reports successes once they are acknowledged (or once acknowledging them failed)."""
+        event_handled = self._config.metrics.event_handled
+        for success in succeeded:
+            event_handled(
+                success.envelope.event_type,
+                "ok",
+                duration=success.duration,
+                lateness=success.lateness,
+            )
 
     def _report(self, outcome: Any, lease: Lease, duration: float) -> None:
         self._config.metrics.event_handled(

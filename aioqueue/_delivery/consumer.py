@@ -80,7 +80,7 @@ class Consumer:
             most_per_claim=size,
             leases=leases,
             config=config,
-            acknowledged=self._report_success,
+            acknowledged=self._report_successes,
             on_claiming=on_claiming,
         )
         self._workers = self._make_workers(
@@ -119,8 +119,8 @@ class Consumer:
         )
         return BatchWorkers(batch_runner, parts, parallelism=parallelism, batching=batching)
 
-    def _report_success(self, succeeded: Succeeded) -> None:
-        self._workers.report_success(succeeded)
+    def _report_successes(self, succeeded: Sequence[Succeeded]) -> None:
+        self._workers.report_successes(succeeded)
 
     async def run(self) -> None:
         """Takes and handles events until stop_taking(), then waits for running handlers."""

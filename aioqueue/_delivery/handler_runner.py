@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
@@ -185,11 +185,12 @@ class HandlerRunner(Runner[Handler]):
             self.timeouts.timeout,
         )
 
-    def report_success(self, succeeded: Succeeded) -> None:
-        """Reports a success once it is acknowledged (or once acknowledging it failed)."""
-        self.report(
-            "ok", succeeded.envelope, duration=succeeded.duration, lateness=succeeded.lateness
-        )
+    def report_successes(self, succeeded: Sequence[Succeeded]) -> None:
+        """Reports successes once they are acknowledged (or once acknowledging them failed)."""
+        for success in succeeded:
+            self.report(
+                "ok", success.envelope, duration=success.duration, lateness=success.lateness
+            )
 
     def report(
         self, outcome: Outcome, envelope: Envelope, *, duration: float, lateness: float

@@ -70,14 +70,13 @@ class Lease(msgspec.Struct, gc=False, eq=False):
     claimed it, or that last renewed it, was sent, since the server ran that call no
     earlier. No handler begins it later (see Leases.give_back_lapsed): by then the lease
     may have ended and the event be another worker's."""
+    claimed_late: float
+    """Seconds between the attempt's due time and its claim, on the server's clock: what
+    the metrics report (exact, and what a rate limit counts). Worked out once, when the
+    lease is made (see claimed_late()): a batch's runner, its metrics and its records read
+    it for every event."""
     started: float | None = None
     """When (monotonic) its handler began; None while none has."""
-
-    @property
-    def claimed_late(self) -> float:
-        """Seconds between the attempt's due time and its claim, on the server's clock: what
-        the metrics report (exact, and what a rate limit counts)."""
-        return max(0.0, (self.claimed_at_ms - self.envelope.due_at) / 1000)
 
     def lapsed(self, now: float) -> bool:
         """Whether a handler beginning at `now` (monotonic) might begin after the lease ended
@@ -89,6 +88,11 @@ class Lease(msgspec.Struct, gc=False, eq=False):
         return max(0.0, (self.claimed_at_ms - self.envelope.due_at) / 1000 + now - self.claimed_at)
 
 
+def claimed_late(envelope: Envelope, claimed_at_ms: int) -> float:
+    """Seconds between the attempt's due time and its claim at `claimed_at_ms` (server ms)."""
+    return max(0.0, (claimed_at_ms - envelope.due_at) / 1000)
+
+
 class Leases:
     """The attempts one service holds, by queue."""
 
@@ -98,24 +102,44 @@ class Leases:
         self._held: dict[QueueStore, set[Lease]] = {}
 
     def hold(
-        self, store: QueueStore, envelope: Envelope, claimed_at_ms: int, sent_at: float
-    ) -> Lease:
-        """A claimed attempt, whose claim was first sent at `sent_at` (monotonic): renewed
-        from now on, until end()."""
-        lease = Lease(
-            store, envelope, claimed_at_ms, time.monotonic(), sent_at + self._lease_ms / 1000
-        )
+        self,
+        store: QueueStore,
+        envelopes: Sequence[Envelope],
+        claimed_at_ms: int,
+        sent_at: float,
+    ) -> list[Lease]:
+        """The attempts one claim took, whose call was first sent at `sent_at` (monotonic):
+        renewed from now on, each until end()."""
+        now = time.monotonic()
+        held_until = sent_at + self._lease_ms / 1000
+        leases = [
+            Lease(
+                store,
+                envelope,
+                claimed_at_ms,
+                now,
+                held_until,
+                claimed_late(envelope, claimed_at_ms),
+            )
+            for envelope in envelopes
+        ]
         held = self._held.get(store)
         if held is None:
             held = self._held[store] = set()
-        held.add(lease)
-        return lease
+        held.update(leases)
+        return leases
 
     def end(self, lease: Lease) -> None:
         """The attempt is settled (or given back): no more renewals."""
         held = self._held.get(lease.store)
         if held is not None:
             held.discard(lease)
+
+    def end_all(self, store: QueueStore, leases: Sequence[Lease]) -> None:
+        """end() of each of `leases`, all of the queue at `store` (one claim's successes)."""
+        held = self._held.get(store)
+        if held is not None:
+            held.difference_update(leases)
 
     def __len__(self) -> int:
         return sum(len(held) for held in self._held.values())

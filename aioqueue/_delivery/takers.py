@@ -81,11 +81,11 @@ class Takers:
         most_per_claim: int,
         leases: Leases,
         config: ServiceConfig,
-        acknowledged: Callable[[Succeeded], None],
+        acknowledged: Callable[[Sequence[Succeeded]], None],
         on_claiming: Callable[[int], None],
     ) -> None:
         """`most_per_claim`: the most slots one claim asks for (all of them). `acknowledged`
-        is told of each success once it is acknowledged (or acknowledging it failed)."""
+        is told of successes once they are acknowledged (or acknowledging them failed)."""
         self._slots = slots
         self._most_per_claim = most_per_claim
         self._leases = leases
@@ -120,9 +120,8 @@ class Takers:
                 await partition.acknowledger.acknowledge(succeeded[0].envelope)
             else:
                 await partition.acknowledger.acknowledge_all([s.envelope for s in succeeded])
-        for success in succeeded:
-            self._leases.end(success.lease)
-            self._acknowledged(success)
+        self._leases.end_all(partition.store, [success.lease for success in succeeded])
+        self._acknowledged(succeeded)
         self._slots.release(len(succeeded))
 
     async def take(self, partition: Partition, claims: Handoff[Claim | None]) -> None:
@@ -168,9 +167,9 @@ class Takers:
                         await self._give_back_lost_claim(partition, receipt)
                     raise
                 errors.reset()
-                for success in succeeded:
-                    self._leases.end(success.lease)
-                    self._acknowledged(success)
+                if succeeded:
+                    self._leases.end_all(store, [success.lease for success in succeeded])
+                    self._acknowledged(succeeded)
                 held = self._hold(store, claimed, sent_at)
                 self._slots.release(granted + len(succeeded) - len(held))
                 partition.ready_left = claimed.ready_left
@@ -203,7 +202,7 @@ class Takers:
     def _hold(self, store: QueueStore, claimed: Claimed, sent_at: float) -> list[Lease]:
         """The claimed attempts, each held (renewed) from now on; `sent_at` is when their
         claim was first sent (monotonic)."""
-        held = []
+        envelopes = []
         for raw in claimed.envelopes:
             try:
                 envelope = Envelope.parse(raw, event_type=store.event_type)
@@ -213,8 +212,8 @@ class Takers:
                 # when its lease ends, until it is buried as lost.
                 logger.error("%s: unusable envelope %r: %s", store.event_type, raw, exc)
                 continue
-            held.append(self._leases.hold(store, envelope, claimed.server_now_ms, sent_at))
-        return held
+            envelopes.append(envelope)
+        return self._leases.hold(store, envelopes, claimed.server_now_ms, sent_at)
 
     async def _claim(
         self,

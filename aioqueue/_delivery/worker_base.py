@@ -4,6 +4,7 @@ and the consumer's parts they use, given as one record."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -33,7 +34,7 @@ class _Runner(Protocol):
     @property
     def handler_name(self) -> str: ...
 
-    def report_success(self, succeeded: Succeeded) -> None: ...
+    def report_successes(self, succeeded: Sequence[Succeeded]) -> None: ...
 
     def stop_waiting(self) -> None: ...
 
@@ -56,8 +57,8 @@ class Workers(Generic[RunnerT]):
     def handler_name(self) -> str:
         return self.runner.handler_name
 
-    def report_success(self, succeeded: Succeeded) -> None:
-        self.runner.report_success(succeeded)
+    def report_successes(self, succeeded: Sequence[Succeeded]) -> None:
+        self.runner.report_successes(succeeded)
 
     def stop_waiting(self) -> None:
         self.runner.stop_waiting()

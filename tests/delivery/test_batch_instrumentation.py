@@ -190,6 +190,7 @@ def test_the_records_of_each_event_in_flight_are_left_to_reference_counting() ->
             claimed_at_ms=0,
             claimed_at=0.0,
             held_until=0.0,
+            claimed_late=0.0,
         )
         return [
             envelope,

@@ -317,17 +317,17 @@ async def test_the_unbegun_counter_reads_what_a_held_up_worker_gave_back(
     store = QueueStore(
         redis_client, QueueLayout("chaos", "PaymentCheck").all_keys[0], "PaymentCheck"
     )
-    held = [
-        leases.hold(
-            store,
+    held = leases.hold(
+        store,
+        [
             Envelope.parse(
                 '{"p":"{}","v":1,"attempt":2}', event_type="PaymentCheck", event_id=f"e-{n}"
-            ),
-            0,
-            sent_at=0.0,
-        )
-        for n in range(NAMED_IN_A_WARNING + 5)
-    ]
+            )
+            for n in range(NAMED_IN_A_WARNING + 5)
+        ],
+        0,
+        sent_at=0.0,
+    )
     caplog.set_level(logging.WARNING, logger="aioqueue")
     await leases.give_back_lapsed(held, time.monotonic())
     stderr = "\n".join(record.getMessage() for record in caplog.records)
