@@ -1,6 +1,6 @@
 """What one Redis core can carry for a leased, batched delivery, by the shape of the data alone:
 the server's CPU per event of bare Lua scripts that take events in batches of 500 under a
-lease and acknowledge them, in five shapes, beside aioqueue's own batch drain on the same
+lease and acknowledge them, in six shapes, beside aioqueue's own batch drain on the same
 server.
 
     python benchmarks/lease_floor.py [--events 20000] [--repeats 5]
@@ -17,6 +17,11 @@ once the shape is paid for. The shapes:
   events (HMGET and HSET), as a retry limit needs;
 - ready list of whole envelopes: the first shape, with each envelope (its id in front) pushed
   as the delivery and compared with the stored one when claimed, as aioqueue's are;
+- ready list, attempts in the score: the first shape, with the attempt count kept in the lease
+  score's fraction (n / 1024 of a millisecond) and half a millisecond more while dispatched
+  and not yet claimed; the claim reads the scores (ZMSCORE) and hands out only ids whose
+  score says so, which is how it tells a stale id (cancelled, replaced, claimed already)
+  without a whole envelope to compare;
 - schedule: one script takes due ids straight from the schedule, reads their envelopes and
   writes their leases, with no list between;
 - schedule, attempts in the score: the same, with the attempt count kept in the lease score's
@@ -57,10 +62,23 @@ KEYS = ["{floor}:schedule", "{floor}:events", "{floor}:ready", "{floor}:attempts
 # size, lease ms, where attempts are counted (see Shape), and 'envelopes' to push whole ones.
 DISPATCH_TO_READY_LIST = """
 local now, lease = tonumber(ARGV[1]), tonumber(ARGV[3])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local due, leases = nil, {}
+if ARGV[4] == 'score' then
+  -- not claimed yet: each lease keeps the attempts so far (the fraction's 1024ths) and adds
+  -- half a ms, which marks it dispatched and unclaimed
+  local scored = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+                            tonumber(ARGV[2]))
+  due = {}
+  for i = 1, #scored, 2 do
+    due[#due + 1] = scored[i]
+    leases[#leases + 1] = now + lease + tonumber(scored[i + 1]) % 1 + 0.5
+    leases[#leases + 1] = scored[i]
+  end
+else
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+  for _, id in ipairs(due) do leases[#leases + 1] = now + lease; leases[#leases + 1] = id end
+end
 if #due == 0 then return 0 end
-local leases = {}
-for _, id in ipairs(due) do leases[#leases + 1] = now + lease; leases[#leases + 1] = id end
 redis.call('ZADD', KEYS[1], unpack(leases))
 if KEYS[4] then
   local counted = redis.call('HMGET', KEYS[4], unpack(due))
@@ -103,7 +121,22 @@ if ARGV[5] == 'envelopes' then
   end
 end
 local leases = {}
-for _, id in ipairs(ids) do leases[#leases + 1] = now + lease; leases[#leases + 1] = id end
+if ARGV[4] == 'score' then
+  -- an id is handed out only while its score says dispatched and not claimed (the half ms):
+  -- a cancelled, replaced or already claimed event's is not; one more attempt is counted
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+  for i, id in ipairs(ids) do
+    local fraction = (tonumber(scores[i]) or 0) % 1
+    if fraction < 0.5 then
+      taken[i] = false
+    else
+      leases[#leases + 1] = now + lease + fraction - 0.5 + 1 / 1024
+      leases[#leases + 1] = id
+    end
+  end
+else
+  for _, id in ipairs(ids) do leases[#leases + 1] = now + lease; leases[#leases + 1] = id end
+end
 redis.call('ZADD', KEYS[1], 'XX', unpack(leases))
 for _, id in ipairs(ids) do taken[#taken + 1] = id end
 return taken
@@ -146,7 +179,7 @@ class Attempts(str, Enum):
 
     UNCOUNTED = ""
     IN_A_HASH = "hash"  # a hash beside the events: the ready-list shapes only
-    IN_THE_SCORE = "score"  # the lease score's fraction: the schedule shapes only
+    IN_THE_SCORE = "score"  # the lease score's fraction (n/1024 ms)
 
 
 @dataclass(frozen=True)
@@ -169,6 +202,11 @@ SHAPES = (
     Shape("ready list", through_ready_list=True),
     Shape("ready list, attempts in a hash", through_ready_list=True, attempts=Attempts.IN_A_HASH),
     Shape("ready list of whole envelopes", through_ready_list=True, whole_envelopes=True),
+    Shape(
+        "ready list, attempts in the score",
+        through_ready_list=True,
+        attempts=Attempts.IN_THE_SCORE,
+    ),
     Shape("schedule", through_ready_list=False),
     Shape(
         "schedule, attempts in the score",
