@@ -254,14 +254,8 @@ class BatchRunner(Runner[BatchHandler]):
 
     def report_successes(self, succeeded: Sequence[Succeeded]) -> None:
         """Reports successes once they are acknowledged (or once acknowledging them failed)."""
-        event_handled = self._config.metrics.event_handled
         for success in succeeded:
-            event_handled(
-                success.envelope.event_type,
-                "ok",
-                duration=success.duration,
-                lateness=success.lateness,
-            )
+            self._report("ok", success.lease, success.duration)
 
     def _report(self, outcome: Any, lease: Lease, duration: float) -> None:
         self._config.metrics.event_handled(

@@ -120,9 +120,14 @@ class Takers:
                 await partition.acknowledger.acknowledge(succeeded[0].envelope)
             else:
                 await partition.acknowledger.acknowledge_all([s.envelope for s in succeeded])
-        self._leases.end_all(partition.store, [success.lease for success in succeeded])
-        self._acknowledged(succeeded)
+        self._finished(partition.store, succeeded)
         self._slots.release(len(succeeded))
+
+    def _finished(self, store: QueueStore, succeeded: Sequence[Succeeded]) -> None:
+        """Successes whose acknowledgement is done (or given up on): their leases end, and the
+        consumer is told of them."""
+        self._leases.end_all(store, [success.lease for success in succeeded])
+        self._acknowledged(succeeded)
 
     async def take(self, partition: Partition, claims: Handoff[Claim | None]) -> None:
         """Claims the partition's events for free slots and hands them to the workers,
@@ -168,8 +173,7 @@ class Takers:
                     raise
                 errors.reset()
                 if succeeded:
-                    self._leases.end_all(store, [success.lease for success in succeeded])
-                    self._acknowledged(succeeded)
+                    self._finished(store, succeeded)
                 held = self._hold(store, claimed, sent_at)
                 self._slots.release(granted + len(succeeded) - len(held))
                 partition.ready_left = claimed.ready_left
