@@ -95,12 +95,13 @@ end
 -- order; and the entries that are no delivery at all. Stale copies (of events cancelled,
 -- replaced or re-dispatched since) are in neither.
 local function current_deliveries(events, raws)
-  local ids, readable, unreadable = {}, {}, {}
+  local ids, readable, in_front, unreadable = {}, {}, {}, {}
   for _, raw in ipairs(raws) do
-    local id = delivery_id(raw)
+    local id, id_in_front = delivery_id(raw)
     if id then
       ids[#ids + 1] = id
       readable[#readable + 1] = raw
+      in_front[#in_front + 1] = id_in_front
     else
       unreadable[#unreadable + 1] = raw
     end
@@ -110,7 +111,8 @@ local function current_deliveries(events, raws)
   for i, raw in ipairs(readable) do
     -- A second copy of one delivery (which dispatch.lua never pushes while the first waits)
     -- is taken as stale: only one may reach a handler.
-    if stored[i] and not seen[ids[i]] and delivery_of(ids[i], stored[i]) == raw then
+    if stored[i] and not seen[ids[i]]
+        and is_delivery_of(raw, ids[i], stored[i], in_front[i]) then
       seen[ids[i]] = true
       current_ids[#current_ids + 1] = ids[i]
       deliveries[#deliveries + 1] = raw

@@ -129,20 +129,36 @@ local function delivery_of(id, stored)
   return '{"id":' .. cjson.encode(id) .. ',' .. string.sub(stored, 2)
 end
 
--- The id of a delivery, or nil if `raw` is not a JSON object with a string id. Deliveries
--- start with the id (see delivery_of), and an id that JSON leaves unescaped is read from
--- there without decoding the whole envelope; claim.lua compares the delivery with the
--- stored envelope afterwards, so a misread id could only make a delivery look stale.
+-- The id of a delivery, or nil if `raw` is not a JSON object with a string id, and whether
+-- `raw` begins with that id quoted by hand as delivery_of writes it. Deliveries start with
+-- the id, and an id that JSON leaves unescaped is read from there without decoding the whole
+-- envelope; claim.lua compares the delivery with the stored envelope afterwards, so a
+-- misread id could only make a delivery look stale.
 local function delivery_id(raw)
   local id = string.match(raw, PLAIN_ID_IN_FRONT)
   if id then
-    return id
+    return id, true
   end
   local envelope = decoded_object(raw)
   if envelope and type(envelope.id) == 'string' then
-    return envelope.id
+    return envelope.id, false
   end
-  return nil
+  return nil, false
+end
+
+-- Whether delivery `raw` is delivery_of(id, stored), told without building that text when
+-- `id_in_front` (from delivery_id): `raw` then begins with the id as delivery_of quotes it,
+-- so the two are equal exactly when they are as long and the rest of `raw` is the stored
+-- text after its first byte. A length and one plain search cost 0.36 to 0.40 microseconds
+-- for every delivery a claim pops, the text built and compared 0.53 to 0.65
+-- (benchmarks/script_text.py). Any other delivery is compared with the text built.
+local function is_delivery_of(raw, id, stored, id_in_front)
+  if id_in_front and #stored > 0 then
+    local rest_at = #id + 10  -- after '{"id":"', the id and '",'
+    return #raw == #id + 8 + #stored
+      and string.find(raw, string.sub(stored, 2), rest_at, true) == rest_at
+  end
+  return delivery_of(id, stored) == raw
 end
 
 -- Moves one event out of the queue into the dead-letter set, keeping its envelope and

@@ -19,10 +19,10 @@ if waiting > 0 then
   copies = redis.call('LPOP', ready, waiting)
 end
 for _, raw in ipairs(copies) do
-  local id = delivery_id(raw)
+  local id, id_in_front = delivery_id(raw)
   local stored = id and redis.call('HGET', events, id)
   -- A stale copy (cancelled, replaced, dispatched again) has nothing to give back.
-  if stored and delivery_of(id, stored) == raw then
+  if stored and is_delivery_of(raw, id, stored, id_in_front) then
     local envelope = cjson.decode(stored)
     local due = tonumber(envelope.due_at)
     if is_time(due) then
