@@ -3,10 +3,17 @@ lines after the table."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from common import JsonDict
 from report import Summary
+from target_measures import (
+    against_best_peer,
+    against_limit,
+    against_row,
+    not_measured,
+    row_median,
+)
 
 # What issue 3 asks of aioqueue; see check_targets().
 ISSUE_3_PEERS = ("arq", "saq")
@@ -46,87 +53,6 @@ CLUSTER_PARTITIONED = "aioqueue, 3-master cluster, partitions(Tick, 8)"
 DELIVERY_SCENARIOS = ("drain", "lateness", "backlog", "cluster")
 
 
-def _row_stats(summary: Summary, scenario: str, key: str, label: str) -> Mapping[str, float] | None:
-    return summary.get(scenario, {}).get(key, {}).get(label)
-
-
-def _median(summary: Summary, scenario: str, key: str, label: str) -> float | None:
-    found = _row_stats(summary, scenario, key, label)
-    return None if found is None else found["median"]
-
-
-def _not_measured(target: str) -> JsonDict:
-    return {"target": target, "measured": "not measured", "met": None}
-
-
-def _absolute(
-    summary: Summary,
-    target: str,
-    scenario: str,
-    key: str,
-    limit: float,
-    *,
-    at_most: bool,
-    label: str = "aioqueue",
-) -> JsonDict:
-    """`label`'s median against a fixed limit; `measured` also names the worst run."""
-    found = _row_stats(summary, scenario, key, label)
-    if found is None:
-        return _not_measured(target)
-    value, worst = found["median"], found["max" if at_most else "min"]
-    met = value <= limit if at_most else value >= limit
-    every_run = worst <= limit if at_most else worst >= limit
-    note = "" if met == every_run else " (not in every run)" if met else " (in some runs)"
-    measured = f"{value:,.2f} median, worst run {worst:,.2f}{note}"
-    return {"target": target, "measured": measured, "met": met}
-
-
-def _relative(
-    summary: Summary,
-    target: str,
-    scenario: str,
-    key: str,
-    ours: str,
-    peers: Sequence[str],
-    factor: float,
-    *,
-    lower_is_better: bool,
-) -> JsonDict:
-    """`ours`' median against the best of `peers`' medians: met when `factor` times better."""
-    value = _median(summary, scenario, key, ours)
-    known = {label: _median(summary, scenario, key, label) for label in peers}
-    found = {label: peer for label, peer in known.items() if peer is not None}
-    if value is None or not found:
-        return _not_measured(target)
-    pick = min if lower_is_better else max
-    best = pick(found, key=lambda label: found[label])
-    ratio = found[best] / value if lower_is_better else value / found[best]
-    measured = f"{value:,.2f} vs {best} {found[best]:,.2f}: {ratio:.2f}x better"
-    return {"target": target, "measured": measured, "met": ratio >= factor}
-
-
-def _against_row(
-    summary: Summary,
-    target: str,
-    scenario: str,
-    key: str,
-    ours: str,
-    baseline: str,
-    limit: float,
-    *,
-    at_most: bool,
-) -> JsonDict:
-    """The ratio of two rows' medians (`ours` / `baseline`) against a limit."""
-    value = _median(summary, scenario, key, ours)
-    base = _median(summary, scenario, key, baseline)
-    if value is None or base is None or base == 0:
-        return _not_measured(target)
-    ratio = value / base
-    met = ratio <= limit if at_most else ratio >= limit
-    measured = f"{value:,.2f} vs {base:,.2f}: {ratio:.2f}x"
-    return {"target": target, "measured": measured, "met": met}
-
-
 def check_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[JsonDict]:
     """Issue 3's targets, then issue 27's, each entry marked with its `issue`.
 
@@ -143,15 +69,15 @@ def check_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[JsonDict]:
 def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
     """Issue 3's targets for aioqueue, against arq and saq as the issue names them."""
     cpu_target = "lateness run: worker CPU s <= arq's at its default poll delay"
-    cpu = _median(summary, "lateness", "worker_cpu_s", "aioqueue")
-    arq_cpu = _median(summary, "lateness", "worker_cpu_s", "arq")
+    cpu = row_median(summary, "lateness", "worker_cpu_s", "aioqueue")
+    arq_cpu = row_median(summary, "lateness", "worker_cpu_s", "arq")
     if cpu is None or arq_cpu is None:
-        cpu_check = _not_measured(cpu_target)
+        cpu_check = not_measured(cpu_target)
     else:
         measured = f"{cpu:.2f} vs arq {arq_cpu:.2f}: {cpu / arq_cpu:.2f}x arq's"
         cpu_check = {"target": cpu_target, "measured": measured, "met": cpu <= arq_cpu}
     return [
-        _absolute(
+        against_limit(
             summary,
             f"lateness p99 <= {LATENESS_P99_MS:g} ms (server clock)",
             "lateness",
@@ -159,7 +85,7 @@ def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
             LATENESS_P99_MS,
             at_most=True,
         ),
-        _absolute(
+        against_limit(
             summary,
             f"lateness max <= {LATENESS_MAX_MS:g} ms (server clock)",
             "lateness",
@@ -168,7 +94,7 @@ def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
             at_most=True,
         ),
         cpu_check,
-        _relative(
+        against_best_peer(
             summary,
             f"drain s: >= {DRAIN_FACTOR:g}x faster than the faster of arq and saq",
             "drain",
@@ -178,7 +104,7 @@ def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
             DRAIN_FACTOR,
             lower_is_better=True,
         ),
-        _relative(
+        against_best_peer(
             summary,
             f"enqueue/s, 32 in flight: >= {ENQUEUE_FACTOR:g}x the faster of arq and saq",
             "enqueue",
@@ -188,7 +114,7 @@ def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
             ENQUEUE_FACTOR,
             lower_is_better=False,
         ),
-        _relative(
+        against_best_peer(
             summary,
             f"enqueue_many/s: >= {ENQUEUE_MANY_FACTOR:g}x the faster of arq and saq",
             "enqueue",
@@ -198,7 +124,7 @@ def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
             ENQUEUE_MANY_FACTOR,
             lower_is_better=False,
         ),
-        _relative(
+        against_best_peer(
             summary,
             f"bytes per pending event: <= {MEMORY_FRACTION:g} of the smaller of arq's and saq's",
             "memory",
@@ -208,7 +134,7 @@ def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
             1 / MEMORY_FRACTION,
             lower_is_better=True,
         ),
-        _absolute(
+        against_limit(
             summary,
             f"backlog: drain rate ratio >= {BACKLOG_RATIO:g}",
             "backlog",
@@ -216,7 +142,7 @@ def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
             BACKLOG_RATIO,
             at_most=False,
         ),
-        _absolute(
+        against_limit(
             summary,
             f"backlog: dispatch rate ratio >= {BACKLOG_RATIO:g}",
             "backlog",
@@ -224,7 +150,7 @@ def check_issue_3_targets(summary: Summary) -> list[JsonDict]:
             BACKLOG_RATIO,
             at_most=False,
         ),
-        _absolute(
+        against_limit(
             summary,
             f"idle: <= {IDLE_ROUND_TRIPS:g} commands sent per second",
             "idle",
@@ -240,7 +166,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
     rates, nothing lost, and the cluster scenario against the single server."""
     peers = sorted({run["row"] for run in runs if run["system"] not in ("aioqueue", "redis-py")})
     return [
-        _relative(
+        against_best_peer(
             summary,
             f"enqueue/s, 32 in flight: >= {ENQUEUE_VS_NODE_FACTOR:g}x {BULLMQ_NODE}",
             "enqueue",
@@ -250,7 +176,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             ENQUEUE_VS_NODE_FACTOR,
             lower_is_better=False,
         ),
-        _absolute(
+        against_limit(
             summary,
             f"enqueue_many/s: >= {ENQUEUE_MANY_RATE:,.0f}",
             "enqueue",
@@ -259,7 +185,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             at_most=False,
             label="aioqueue enqueue_many (100/call)",
         ),
-        _absolute(
+        against_limit(
             summary,
             f"drain: >= {DRAIN_RATE:,.0f} events/s",
             "drain",
@@ -267,7 +193,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             DRAIN_RATE,
             at_most=False,
         ),
-        _relative(
+        against_best_peer(
             summary,
             f"drain: >= {DRAIN_VS_FASTEST_PEER:g}x the fastest peer",
             "drain",
@@ -277,7 +203,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             DRAIN_VS_FASTEST_PEER,
             lower_is_better=False,
         ),
-        _absolute(
+        against_limit(
             summary,
             f"lateness p99 <= {LATENESS_P99_MS_27:g} ms (server clock)",
             "lateness",
@@ -285,7 +211,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             LATENESS_P99_MS_27,
             at_most=True,
         ),
-        _absolute(
+        against_limit(
             summary,
             f"bytes per pending event <= {BYTES_PER_EVENT:g}",
             "memory",
@@ -294,7 +220,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             at_most=True,
         ),
         check_nothing_lost(runs),
-        _against_row(
+        against_row(
             summary,
             f"cluster enqueue/s >= {CLUSTER_ENQUEUE_FRACTION:.0%} of the single server's",
             "cluster",
@@ -304,7 +230,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             CLUSTER_ENQUEUE_FRACTION,
             at_most=False,
         ),
-        _against_row(
+        against_row(
             summary,
             f"cluster enqueue/s with partitions(Tick, 8) >= {PARTITIONED_ENQUEUE_FRACTION:.0%} "
             "of without",
@@ -315,7 +241,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             PARTITIONED_ENQUEUE_FRACTION,
             at_most=False,
         ),
-        _against_row(
+        against_row(
             summary,
             f"cluster lateness p99 <= {CLUSTER_LATENESS_FACTOR:g}x the single server's",
             "cluster",
@@ -325,7 +251,7 @@ def check_issue_27_targets(summary: Summary, runs: Sequence[JsonDict]) -> list[J
             CLUSTER_LATENESS_FACTOR,
             at_most=True,
         ),
-        _against_row(
+        against_row(
             summary,
             f"cluster lateness p99 with partitions(Tick, 8) <= {CLUSTER_LATENESS_FACTOR:g}x "
             "the single server's",
@@ -343,7 +269,7 @@ def check_issue_43_targets(summary: Summary) -> list[JsonDict]:
     """Issue 43's targets for batch handlers (the single-event ones are issue 27's, with
     the drain judged against 2x the fastest peer)."""
     return [
-        _absolute(
+        against_limit(
             summary,
             f"batch handler drain: >= {BATCH_DRAIN_RATE:,.0f} events/s",
             "drain",
@@ -352,7 +278,7 @@ def check_issue_43_targets(summary: Summary) -> list[JsonDict]:
             at_most=False,
             label=BATCH_ROW,
         ),
-        _absolute(
+        against_limit(
             summary,
             f"batch handler lateness p99 <= max_wait + 5 = {BATCH_WAIT_MS + 5:g} ms",
             "lateness",
@@ -376,7 +302,7 @@ def check_nothing_lost(runs: Sequence[JsonDict]) -> JsonDict:
         run for run in runs if run["system"] == "aioqueue" and run["scenario"] in DELIVERY_SCENARIOS
     ]
     if not ours:
-        return _not_measured(target)
+        return not_measured(target)
     failed = [run for run in ours if "error" in run["result"]]
     lost = sum(
         run["result"].get(key, 0)
