@@ -96,27 +96,27 @@ end
 -- replaced or re-dispatched since) are in neither.
 local function current_deliveries(events, raws)
   local ids, readable, in_front, unreadable = {}, {}, {}, {}
+  local read = 0  -- the three parallel lists' length (see call_chunked in _prelude.lua)
   for _, raw in ipairs(raws) do
     local id, id_in_front = delivery_id(raw)
     if id then
-      ids[#ids + 1] = id
-      readable[#readable + 1] = raw
-      in_front[#in_front + 1] = id_in_front
+      read = read + 1
+      ids[read], readable[read], in_front[read] = id, raw, id_in_front
     else
       unreadable[#unreadable + 1] = raw
     end
   end
   local stored = hmget_all(events, ids)
   local current_ids, deliveries, envelopes, seen = {}, {}, {}, {}
+  local current = 0
   for i, raw in ipairs(readable) do
     -- A second copy of one delivery (which dispatch.lua never pushes while the first waits)
     -- is taken as stale: only one may reach a handler.
     if stored[i] and not seen[ids[i]]
         and is_delivery_of(raw, ids[i], stored[i], in_front[i]) then
       seen[ids[i]] = true
-      current_ids[#current_ids + 1] = ids[i]
-      deliveries[#deliveries + 1] = raw
-      envelopes[#envelopes + 1] = stored[i]
+      current = current + 1
+      current_ids[current], deliveries[current], envelopes[current] = ids[i], raw, stored[i]
     end
   end
   return current_ids, deliveries, envelopes, unreadable
@@ -267,19 +267,19 @@ end
 local function acknowledge_deliveries(schedule, events, delivered, serial, counts)
   local ids, versions, attempts = {}, {}, {}
   for i = 1, #delivered, 3 do
-    ids[#ids + 1] = delivered[i]
-    versions[#versions + 1] = delivered[i + 1]
-    attempts[#attempts + 1] = delivered[i + 2]
+    local n = (i + 2) / 3  -- filled by index (see call_chunked in _prelude.lua)
+    ids[n], versions[n], attempts[n] = delivered[i], delivered[i + 1], delivered[i + 2]
   end
   if #ids == 0 then
     return 0
   end
   local stored = hmget_all(events, ids)
-  local finished, keyed, ended = {}, {}, 0
+  local finished, keyed, ended, finished_count = {}, {}, 0, 0
   for i, raw in ipairs(stored) do
     local delivered, under_way, serial_value = settled_view(raw, versions[i], attempts[i])
     if delivered then
-      finished[#finished + 1] = ids[i]
+      finished_count = finished_count + 1
+      finished[finished_count] = ids[i]
       if under_way then
         ended = ended + 1
       end

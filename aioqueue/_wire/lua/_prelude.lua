@@ -233,6 +233,9 @@ end
 -- The hot scripts batch their commands (one HMGET, HSET, ZADD... for a whole batch): each
 -- redis.call costs the script far more than the command itself. Lua unpacks only so many
 -- values at once (about 8000), so long argument lists go in chunks. Even, to keep pairs whole.
+-- They fill those lists by index or by a count of their own rather than by `t[#t + 1]`: in
+-- Lua 5.1 the length of a table is a binary search, paid on every append, and a batch of
+-- 500 makes a dozen appends an event (docs/benchmarks.md, "Batch handlers").
 local UNPACK_CHUNK = 4000
 
 -- redis.call(command, key, [option,] values...) in chunks; returns the sum of integer replies.
@@ -254,13 +257,19 @@ local function call_chunked(command, key, values, option)
 end
 
 -- HMGET of any number of fields: the values in order, false where a field is missing.
+-- Up to one chunk (every batch a service sends) that is the reply itself, not a copy.
 local function hmget_all(key, fields)
-  local values = {}
+  if #fields == 0 then
+    return {}  -- HMGET needs a field
+  elseif #fields <= UNPACK_CHUNK then
+    return redis.call('HMGET', key, unpack(fields))
+  end
+  local values, count = {}, 0
   for i = 1, #fields, UNPACK_CHUNK do
     local last = math.min(i + UNPACK_CHUNK - 1, #fields)
-    local chunk = redis.call('HMGET', key, unpack(fields, i, last))
-    for _, value in ipairs(chunk) do
-      values[#values + 1] = value
+    for _, value in ipairs(redis.call('HMGET', key, unpack(fields, i, last))) do
+      count = count + 1
+      values[count] = value
     end
   end
   return values

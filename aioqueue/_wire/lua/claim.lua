@@ -74,19 +74,24 @@ local function take()
     bury(schedule, events, dead_letters, dead_letter_times, id, {id = id, raw = raw},
       'ready list entry is not a valid envelope', now)
   end
-  local leases, started = {}, {}
-  local lease_end, started_at = score_argument(now + lease), score_argument(now)
-  local start_mark = '@' .. now  -- each start's member is its id and this mark
+  -- Filled by index, not appended (see call_chunked in _prelude.lua).
+  local leases = {}
+  local lease_end = score_argument(now + lease)
   for i, raw in ipairs(deliveries) do
-    leases[#leases + 1] = lease_end
-    leases[#leases + 1] = ids[i]
-    result[#result + 1] = raw
-    started[#started + 1] = started_at
-    started[#started + 1] = ids[i] .. start_mark
+    leases[2 * i - 1] = lease_end
+    leases[2 * i] = ids[i]
+    result[i + 2] = raw
   end
   if #leases > 0 then
     call_chunked('ZADD', schedule, leases, 'XX')
     if allowance then
+      -- Each start's member is its id and this mark. Made only under a rate limit: a
+      -- concatenation per event that a type without one would throw away.
+      local started, started_at, start_mark = {}, score_argument(now), '@' .. now
+      for i, id in ipairs(ids) do
+        started[2 * i - 1] = started_at
+        started[2 * i] = id .. start_mark
+      end
       call_chunked('ZADD', starts, started)
     end
   end

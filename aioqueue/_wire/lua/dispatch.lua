@@ -167,7 +167,7 @@ end
 if #due > 0 then
   local ids = {}
   for i = 1, #due, 2 do
-    ids[#ids + 1] = due[i]
+    ids[(i + 1) / 2] = due[i]  -- filled by index (see call_chunked in _prelude.lua)
   end
   -- One HMGET, and below one HSET, ZADD and RPUSH, for the whole batch (see call_chunked).
   local stored = hmget_all(events, ids)
@@ -175,14 +175,16 @@ if #due > 0 then
   -- leave gaps, which cost nothing.
   local next_move = take_moves(counts, #ids)
   local orphans, rewritten, leases, deliveries = {}, {}, {}, {}
+  -- How many envelopes are rewritten (two entries each in `rewritten` and `leases`) and
+  -- deliveries pushed so far: the lists are filled by these counts (see call_chunked).
+  local rewrites, pushes = 0, 0
   local unclaimed_end = score_argument(unclaimed_lease_end(now, lease))
   -- The envelope's next version (its text), under a lease no worker has claimed yet: written
   -- with the batch's HSET and ZADD below; returned, for the ready list.
   local function rewrite_unclaimed(id, encoded)
-    rewritten[#rewritten + 1] = id
-    rewritten[#rewritten + 1] = encoded
-    leases[#leases + 1] = unclaimed_end
-    leases[#leases + 1] = id
+    rewrites = rewrites + 1
+    rewritten[2 * rewrites - 1], rewritten[2 * rewrites] = id, encoded
+    leases[2 * rewrites - 1], leases[2 * rewrites] = unclaimed_end, id
     return encoded
   end
   for n, id in ipairs(ids) do
@@ -231,7 +233,8 @@ if #due > 0 then
           redis.call('LSET', ready, waiting_at, delivery_of(id, encoded))
           extended = extended + 1
         else
-          deliveries[#deliveries + 1] = delivery_of(id, encoded)
+          pushes = pushes + 1
+          deliveries[pushes] = delivery_of(id, encoded)
         end
       else
         local attempt = tonumber(envelope.attempt) or 0
@@ -293,7 +296,8 @@ if #due > 0 then
             if next_move then
               next_move = next_move + 1
             end
-            deliveries[#deliveries + 1] = delivery_of(id, rewrite_unclaimed(id, encoded))
+            pushes = pushes + 1
+            deliveries[pushes] = delivery_of(id, rewrite_unclaimed(id, encoded))
           end
         end
       end
