@@ -219,7 +219,11 @@ def print_report(report: Report) -> None:
         f"{report.dead_unhandled} never handed to a handler)"
     )
     crash = report.latest_kill_after_crash_ms
-    that_kill = "" if crash is None else f" (that kill {crash:,.0f} ms after the crash began)"
+    that_kill = ""
+    if crash is not None:
+        # A kill before the crash is negative: said as "before", not as a negative "after".
+        when = "after" if crash >= 0 else "before"
+        that_kill = f" (that kill {abs(crash):,.0f} ms {when} the crash began)"
     print(
         f"  leases:      {report.back_after_kill} events of killed workers came back, "
         f"due at most {report.latest_after_kill_ms:,.0f} ms after the kill{that_kill}, "
