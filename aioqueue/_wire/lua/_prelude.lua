@@ -234,8 +234,9 @@ end
 -- redis.call costs the script far more than the command itself. Lua unpacks only so many
 -- values at once (about 8000), so long argument lists go in chunks. Even, to keep pairs whole.
 -- They fill those lists by index or by a count of their own rather than by `t[#t + 1]`: in
--- Lua 5.1 the length of a table is a binary search, paid on every append, and a batch of
--- 500 makes a dozen appends an event (docs/benchmarks.md, "Batch handlers").
+-- Lua 5.1 the length of a table is a binary search, paid on every append, and a batch's
+-- dispatch, claim and acknowledgement made about two dozen appends an event
+-- (docs/benchmarks.md, "Batch handlers").
 local UNPACK_CHUNK = 4000
 
 -- redis.call(command, key, [option,] values...) in chunks; returns the sum of integer replies.
@@ -257,7 +258,7 @@ local function call_chunked(command, key, values, option)
 end
 
 -- HMGET of any number of fields: the values in order, false where a field is missing.
--- Up to one chunk (every batch a service sends) that is the reply itself, not a copy.
+-- Up to one chunk of fields, as nearly every call reads, that is the reply itself, not a copy.
 local function hmget_all(key, fields)
   if #fields == 0 then
     return {}  -- HMGET needs a field
