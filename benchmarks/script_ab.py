@@ -41,7 +41,7 @@ from system_aioqueue import AioqueueSystem, _queue_keys
 
 from aioqueue import EventService, event_type_name
 from aioqueue._wire.envelope import Envelope
-from aioqueue._wire.store import ClaimReceipt, DispatchCall, QueueStore
+from aioqueue._wire.store import ClaimReceipt, DispatchCall, QueueStore, _attempts
 from aioqueue.testing import EmbeddedServer
 
 SIDES = ("base", "head")
@@ -68,11 +68,6 @@ def library(tree: Path) -> tuple[str, str]:
     return str(name), str(source)
 
 
-def acknowledgements(envelopes: Sequence[Envelope]) -> bytes:
-    """A claim's acknowledgements of `envelopes`, as a consumer sends them (see claim.lua)."""
-    return orjson.dumps([f for e in envelopes for f in (e.id, str(e.version), str(e.attempt))])
-
-
 async def take_turns(
     client: redis.asyncio.Redis, names: dict[str, str], events: int, batch: int
 ) -> dict[tuple[str, str], list[int]]:
@@ -97,8 +92,8 @@ async def take_turns(
             )
             calls.append((side, "dispatch", int(moved[0])))
             args: list[str | int | bytes] = [batch, config.lease_ms, rounds]  # tokens grow
-            if held[side]:
-                args.append(acknowledgements(held[side]))
+            if held[side]:  # acknowledged as QueueStore.claim does
+                args.append(orjson.dumps(_attempts(held[side])))
             keys = claim_keys[side]
             reply = await client.fcall(f"{function}_claim", len(keys), *keys, *args)
             held[side] = [Envelope.parse(raw, event_type=store.event_type) for raw in reply[2:]]
