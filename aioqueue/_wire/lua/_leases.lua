@@ -288,7 +288,7 @@ local function acknowledge_deliveries(schedule, events, delivered, serial, count
       end
     end
   end
-  if #finished == 0 then
+  if finished_count == 0 then
     return 0
   end
   call_chunked('ZREM', schedule, finished)
