@@ -89,6 +89,10 @@ class ScheduleKeeper:
                     declared = True
                 if stored is None:  # overtaken as it declared, or declared a while ago
                     stored = await read_stored(self._client, self._keys, declaration.name)
+                if isinstance(stored, ScheduleRecord) and stored.pending:
+                    # A declaration that died before it made its record live: taken as no
+                    # record at all, so the schedule is declared again where it belongs.
+                    stored = None
                 if not isinstance(stored, ScheduleRecord):
                     if not await self._declare_again(stored, declared_again):
                         return

@@ -20,7 +20,14 @@ name:
 3. declare (schedule_declare.lua, the new type's slot): the new record is written with the
    token, unless a tombstone or record of a newer token is there, which means a later
    declaration overtook this one (concurrent deploys of two types): it is refused.
-4. settle (schedule_name_settle.lua): the fences are done, `from` is cleared.
+4. make live (records.make_live): where no live record was, the new one was written
+   *pending*, which produces no tick. The declaration reads the directory again, and
+   schedule_activate.lua makes the record live only if the entry is still its claim's. A
+   tombstone goes with its slot's data: a declaration overtaken by a later claim, whose
+   fence a loss then took, would otherwise bring a second live record (the property test
+   found that interleaving). A later claim of another type fences this type before it
+   writes its own record, so a record made live after the read is fenced by it, or refused.
+5. settle (schedule_name_settle.lua): the fences are done, `from` is cleared.
 
 Removal is the same claim without a type, then the fences. The tokens order concurrent moves
 without a lock: the later claim fences with a larger token, and no fence or declaration with

@@ -39,6 +39,7 @@ __all__ = [
     "fence",
     "info_of",
     "list_schedules",
+    "make_live",
     "produce_tick",
     "read_record",
     "read_stored",
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 DECLARE = LuaScript("schedule_declare")
+ACTIVATE = LuaScript("schedule_activate")
 TICK = LuaScript("schedule_tick")
 FENCE = LuaScript("schedule_fence")
 
@@ -68,6 +70,9 @@ class ScheduleRecord:
     now: int
     token: int = 0
     """The name directory's token of the declaration that wrote the record (names.py)."""
+    pending: bool = False
+    """Written by a declaration that has yet to find its claim still standing (names.py):
+    not live, it produces no tick."""
 
     @classmethod
     def parse(cls, raw: bytes | str, now: int) -> ScheduleRecord | None:
@@ -86,6 +91,7 @@ class ScheduleRecord:
             produced_at=_ms(fields.get("produced_at")),
             now=now,
             token=_ms(fields.get("token")) or 0,
+            pending="pending" in fields,
         )
 
 
@@ -148,9 +154,14 @@ async def declare(
     token, stale_types = await claim_name(client, prefix, name, event_type, floor)
     for stale_type in stale_types:
         await fence(client, QueueKeys.for_type(prefix, stale_type), name, token)
-    declared = await declare_record(client, keys, name, spec, token)
+    outcome, record = await declare_record(client, keys, name, spec, token)
+    if record is not None and record.pending:
+        entry = await read_entry(client, prefix, name)
+        record = await make_live(client, keys, name, event_type, token, entry)
+        if record is None:
+            outcome = "superseded"
     await settle(client, prefix, name, token)
-    return declared
+    return outcome, record
 
 
 async def claim_floor(client: RedisClient, keys: QueueKeys, name: str) -> int:
@@ -196,6 +207,30 @@ async def declare_record(
     record = ScheduleRecord.parse(raw, int(now))
     assert record is not None
     return text(outcome), record
+
+
+async def make_live(
+    client: RedisClient,
+    keys: QueueKeys,
+    name: str,
+    event_type: str,
+    token: int,
+    entry: NameEntry | None,
+) -> ScheduleRecord | None:
+    """Step 4 of a declaration whose record is pending, given the directory's `entry` read
+    after the record was written: the live record, or None. Made live when the entry is still
+    the claim's (the same type and token), or gone (the directory lost its data: keepers
+    declare on, see after_gone). A later claim of another type fences this type before its
+    own record is written, so a record made live after that read is fenced by it, or refused;
+    a loss of this type's slot takes the pending record with it. When the name went to
+    another type or was removed, the pending record is fenced; a later claim of the same
+    type writes over it instead."""
+    if entry is None or (entry.event_type == event_type and entry.token == token):
+        _, now, raw = await ACTIVATE.run(client, [keys.schedules], [name, token])
+        return ScheduleRecord.parse(raw, int(now)) if raw else None
+    if entry.event_type != event_type:
+        await fence(client, keys, name, entry.token)
+    return None
 
 
 async def fence(client: RedisClient, keys: QueueKeys, name: str, token: int) -> bool:
@@ -248,7 +283,7 @@ async def produce_tick(
 async def read_record(client: RedisClient, keys: QueueKeys, name: str) -> ScheduleRecord | None:
     """The type's live record of `name`, None when there is none."""
     stored = await read_stored(client, keys, name)
-    return stored if isinstance(stored, ScheduleRecord) else None
+    return stored if isinstance(stored, ScheduleRecord) and not stored.pending else None
 
 
 async def read_stored(

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+import orjson
 import pytest
 
 from aioqueue import Event, EventService, EventServiceBuilder
@@ -145,3 +146,33 @@ async def test_a_move_that_died_half_way_is_finished_by_the_old_types_keeper(
                 assert [(s.name, s.event_type) for s in await handlers.schedules()] == [
                     ("clock", "Clock"), ("rep", "ReportB"),
                 ]  # fmt: skip
+
+
+async def test_a_record_left_pending_is_declared_again_by_its_keeper(
+    service_builder: Builder, redis_client: RedisClient
+) -> None:
+    """A declaration that died between writing its record pending and making it live
+    (names.py, step 4) leaves a record that produces nothing and that schedules() does not
+    list: the type's keeper takes it for no record, declares the schedule again, and its
+    ticks go on from the live record."""
+    a, b, ticks = Recorder(), Recorder(), Recorder()
+    async with consumer(service_builder, a, b, ticks) as service:
+        service.add_schedule("clock", every=0.2, event=clock)
+        await ticks.wait_for(1)
+        keys = QueueKeys.for_type("aioqueue", "Clock")
+        record = await read_record(redis_client, keys, "clock")
+        assert record is not None
+        token, stale = await claim_name(redis_client, "aioqueue", "clock", "Clock")
+        assert (token, stale) == (record.token, [])  # its own claim again: nothing to fence
+        pending = orjson.dumps({"spec": record.spec, "token": token, "pending": 1})
+        await redis_client.hset(keys.schedules, "clock", pending)  # ...and then it died
+        assert await read_record(redis_client, keys, "clock") is None
+        assert await service.schedules() == []
+
+        async def live_again() -> bool:
+            return await read_record(redis_client, keys, "clock") is not None
+
+        await wait_until(live_again)
+        seen = len(ticks.deliveries)
+        await ticks.wait_for(seen + 2)
+        assert [s.name for s in await service.schedules()] == ["clock"]

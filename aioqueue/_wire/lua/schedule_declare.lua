@@ -9,6 +9,11 @@
 -- wrote this record meanwhile). A replaced spec's pending next tick is cancelled (unless an
 -- attempt of it has started), and the new spec's ticks start after now: no tick of the old
 -- spec fires after the change reached Redis.
+-- A record written where no live one was is `pending`: it produces no tick until
+-- schedule_activate.lua makes it live, once the declaration has read the name directory
+-- again and found its claim still standing. Only the directory can tell that the claim was
+-- overtaken: the fence that says so here is lost with this slot's data (see
+-- aioqueue/_recurring/names.py).
 local schedules, schedule, events = KEYS[1], KEYS[2], KEYS[3]
 local name, spec, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = server_time_ms()
@@ -26,6 +31,7 @@ if record and (tonumber(record.token) or 0) > token then
 end
 if record and record.spec == spec then
   if (tonumber(record.token) or 0) ~= token then
+    -- (A pending record stays pending: its declaration's claim is not known to stand.)
     -- The same schedule, declared again through a newer claim of the name: its ticks go on.
     record.token = token
     raw = cjson.encode(record)
@@ -35,6 +41,9 @@ if record and record.spec == spec then
 end
 local outcome = 'created'
 local fresh = {spec = spec, declared_at = now, token = token}
+if not record or record.pending ~= nil then
+  fresh.pending = 1
+end
 if record then
   outcome = tostring(record.spec)
   cancel_pending_tick(schedule, events, record.tick_id, now)

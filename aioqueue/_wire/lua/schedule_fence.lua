@@ -7,7 +7,8 @@
 -- is left alone. With no record a tombstone is written all the same, for that last reason.
 -- KEYS[1] schedules   KEYS[2] schedule   KEYS[3] events
 -- ARGV[1] name   ARGV[2] token
--- Returns 1 when a live record was fenced, else 0.
+-- Returns 1 when a live record was fenced, else 0 (a pending one, see schedule_declare.lua,
+-- is fenced all the same: it was never live).
 local schedules, schedule, events = KEYS[1], KEYS[2], KEYS[3]
 local name, token = ARGV[1], tonumber(ARGV[2])
 local raw = redis.call('HGET', schedules, name)
@@ -23,4 +24,4 @@ if live then
   cancel_pending_tick(schedule, events, record.tick_id, server_time_ms())
 end
 redis.call('HSET', schedules, name, cjson.encode({fenced = token}))
-return live and 1 or 0
+return (live and record.pending == nil) and 1 or 0

@@ -12,7 +12,7 @@
 -- recorded all the same), 'moved' (another service produced a tick meanwhile: nothing
 -- written), 'early' (the latest tick is still to come: nothing written), 'changed' (the
 -- stored spec, or the declaration it belongs to, is another one: nothing written), 'gone'
--- (removed, or the name moved to another event type).
+-- (removed, the name moved to another event type, or its record is not live yet).
 local schedules, schedule, events, sequence, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local name, spec, read_tick, tick = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local id, payload, context, due = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
@@ -23,8 +23,10 @@ if not raw then
   return {'gone', now, false}
 end
 local record = decoded_object(raw)
-if not record or record.spec == nil then
-  return {'gone', now, false}  -- unreadable, or a tombstone (schedule_fence.lua)
+if not record or record.spec == nil or record.pending ~= nil then
+  -- Unreadable, a tombstone (schedule_fence.lua), or a record not live yet
+  -- (schedule_declare.lua).
+  return {'gone', now, false}
 end
 if record.spec ~= spec or (tonumber(record.token) or 0) ~= token then
   return {'changed', now, raw}
