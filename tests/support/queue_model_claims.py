@@ -171,8 +171,11 @@ class Claiming(ModelState):
         one, it is pushed again (added to `pushed`). Returns 1 if a copy was rewritten."""
         event = self.pending[event_id]
         event.due_now = lease_ms == 0
+        waiting = Copy(event_id, event.generation)
         event.generation = self._new_generation()
-        copies = [i for i, copy in enumerate(self.ready) if copy.event_id == event_id]
+        # The copy of the stored envelope (dispatch finds it by its text), not merely the
+        # first of the event's: a copy of an older version may wait before it.
+        copies = [i for i, copy in enumerate(self.ready) if copy == waiting]
         if copies:
             self.ready[copies[0]] = Copy(event_id, event.generation)
             return 1
