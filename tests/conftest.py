@@ -48,6 +48,7 @@ from aioqueue.testing import (
 )
 from tests.support import server_matrix
 from tests.support.common import flush_everything
+from tests.support.properties import soak
 
 ServerFactory = Callable[..., EmbeddedServer]
 
@@ -73,6 +74,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "names (minutes each; see the `full_size` fixture)",
     )
     parser.addoption(
+        "--property-examples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run every property-based test with N random sequences instead of its fixed, "
+        "derandomized ones, without time limits: a soak (see tests/support/properties.py)",
+    )
+    parser.addoption(
         "--servers",
         default="core",
         help="server versions the matrix tests also run on: core (default: the core tests "
@@ -86,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
         'backends(*names): run the test once per named backend, of "standalone", '
         '"cluster" and "sentinel" (unmarked: "standalone" only)',
     )
+    soak(int(config.getoption("property_examples")))
     selection = str(config.getoption("servers"))
     config.stash[_MATRIX_SELECTION] = selection
     config.stash[_MATRIX_BINARIES] = _matrix_binaries(selection)

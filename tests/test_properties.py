@@ -38,10 +38,11 @@ lease: the next dispatch must spend nothing on them.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 
 from aioqueue.testing import EmbeddedServer
+from tests.support.properties import property_settings, property_timeout
 from tests.support.queue_model import queue_model
 from tests.support.queue_model_check import check_redis_holds_exactly_the_model
 from tests.support.queue_model_state import HOUR_MS, Step
@@ -278,18 +279,12 @@ def held_up_past_the_lease(*, taken_again: bool) -> list[Step]:
     return [*lapsed, *meanwhile, step("claim"), step("success")]
 
 
-SETTINGS = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = property_settings(200, suppress_health_check=[HealthCheck.too_slow])
 
 
 pytestmark = [
     # A failure is shrunk for up to 5 minutes (Hypothesis's own limit) before it is reported.
-    pytest.mark.timeout(400),
+    pytest.mark.timeout(property_timeout(400)),
     # Reporting a failure imports libcst where it is installed, which warns on import.
     pytest.mark.filterwarnings("ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"),
 ]

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
+from tests.support.properties import property_settings, property_timeout
 from tests.support.queue_model_check import check_redis_holds_exactly_the_model
 from tests.support.queue_model_replicated import Servers, replicated_queue_model, replicated_servers
 from tests.support.queue_model_state import Step
@@ -42,7 +43,7 @@ STEPS = step_lists(
 )
 
 pytestmark = [
-    pytest.mark.timeout(600),
+    pytest.mark.timeout(property_timeout(600)),
     pytest.mark.filterwarnings("ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"),
 ]
 
@@ -61,11 +62,8 @@ def examples(config: pytest.Config) -> int:
 def test_durable_enqueues_that_returned_survive_every_failover(
     servers: Servers, pytestconfig: pytest.Config
 ) -> None:
-    @settings(
-        max_examples=examples(pytestconfig),
-        deadline=None,
-        derandomize=True,
-        database=None,
+    @property_settings(
+        examples(pytestconfig),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     @given(steps=STEPS)

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Literal
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 
 from aioqueue import Event, EventService, FixedDelays, InvalidEventError
 from aioqueue.testing import EmbeddedServer
 from tests.support.common import Recorder
+from tests.support.properties import property_settings
 
 
 class Step(enum.Enum):
@@ -99,12 +100,8 @@ async def round_trip(url: str, sent: list[Tracked]) -> dict[str, Event]:
     return {delivery.event.id: delivery.event for delivery in deliveries}
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+@property_settings(
+    25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(events=st.lists(EVENTS, min_size=1, max_size=8))
 def test_nested_typed_events_arrive_as_sent(
@@ -171,12 +168,8 @@ async def enqueue_or_refuse(url: str, events: list[Measured]) -> tuple[set[str],
     return refused, {delivery.event.id: delivery.event for delivery in deliveries}
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+@property_settings(
+    25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(events=st.lists(MEASURED, min_size=1, max_size=8))
 # A NaN in an optional field beside a field that is None: as many nulls as Nones plus one.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 
 from aioqueue._producing.enqueue_calls import EnqueueItem
@@ -30,6 +30,7 @@ from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 from tests.support.common import SteppedRedis, server_time_ms
+from tests.support.properties import property_settings, property_timeout
 
 HOUR_MS = 3_600_000
 # An hourly tick, far in the future: no tick's time comes during a test.
@@ -215,9 +216,8 @@ OVERTAKEN_AFTER_A_LOSS = [
 ]  # fmt: skip
 
 
-@pytest.mark.timeout(300)
-@settings(max_examples=100, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@pytest.mark.timeout(property_timeout(300))
+@property_settings(100, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=NAME_STEPS)
 @example(steps=OVERTAKEN_AFTER_A_LOSS)
 def test_a_name_is_live_under_one_type_whatever_moves_interleave(

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 
 from aioqueue._producing.enqueue_calls import EnqueueItem
@@ -32,6 +32,7 @@ from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 from tests.support.common import SteppedRedis, server_time_ms
+from tests.support.properties import property_settings, property_timeout
 
 T = TypeVar("T")
 KEYS = QueueKeys.for_type("prop", "Beat")
@@ -190,9 +191,8 @@ COME_BACK_AFTER_A_DOWNTIME = [
 ]  # fmt: skip
 
 
-@pytest.mark.timeout(300)
-@settings(max_examples=100, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@pytest.mark.timeout(property_timeout(300))
+@property_settings(100, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=STEPS)
 @example(steps=COME_BACK_AFTER_TWO_CHANGES)
 @example(steps=COME_BACK_AFTER_A_DOWNTIME)

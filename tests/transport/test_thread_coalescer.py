@@ -11,11 +11,12 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aioqueue._transport.thread_coalescer import ThreadCoalescer
 from tests.support.common import wait_until_sync
+from tests.support.properties import property_settings
 
 KEY = "queue"
 WITHIN = 10.0
@@ -183,7 +184,7 @@ def test_a_forked_child_is_not_held_by_its_parents_call() -> None:
     assert (first.result, followers[0].result) == (0, 10)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@property_settings(30)
 @given(
     limit=st.integers(1, 5),
     waiting=st.integers(0, 12),

@@ -10,10 +10,11 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aioqueue._wire.envelope import Envelope, EnvelopeError
+from tests.support.properties import property_settings
 
 # The keys a script writes, the long keys of older envelopes, and some it never reads.
 KEYS = [
@@ -75,7 +76,7 @@ def outcome(parse: Any, raw: str | bytes, event_id: str | None) -> Envelope | ty
     return envelope
 
 
-@settings(max_examples=500, deadline=None)
+@property_settings(500)
 @given(
     envelope_pairs,
     st.sampled_from([None, "p-1"]),
@@ -89,7 +90,7 @@ def test_any_object_is_read_as_the_general_reading_reads_it(
     assert outcome(Envelope.parse, raw, event_id) == outcome(Envelope._parse_any, raw, event_id)
 
 
-@settings(max_examples=300, deadline=None)
+@property_settings(300)
 @given(st.text(alphabet='{}[]":,0123456789.-eEpvidnul \\', max_size=30))
 def test_any_text_is_read_as_the_general_reading_reads_it(text: str) -> None:
     assert outcome(Envelope.parse, text, "p-1") == outcome(Envelope._parse_any, text, "p-1")
