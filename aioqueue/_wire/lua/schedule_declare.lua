@@ -31,8 +31,8 @@ if record and (tonumber(record.token) or 0) > token then
 end
 if record and record.spec == spec then
   if (tonumber(record.token) or 0) ~= token then
-    -- (A pending record stays pending: its declaration's claim is not known to stand.)
-    -- The same schedule, declared again through a newer claim of the name: its ticks go on.
+    -- The same schedule, declared again through a newer claim of the name: its ticks go on
+    -- (a pending record stays pending, for the declaration to make live).
     record.token = token
     raw = cjson.encode(record)
     redis.call('HSET', schedules, name, raw)
