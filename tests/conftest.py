@@ -134,6 +134,15 @@ def _matrix_binaries(selection: str) -> dict[str, pathlib.Path | None]:
     }
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if int(config.getoption("property_examples")):
+        # A soak runs for as long as its sequences take: no time limit on a property-based
+        # test, whether it names one (tests/support/properties.py) or has the suite's own.
+        for item in items:
+            if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+                item.add_marker(pytest.mark.timeout(0), append=False)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrizes `redis_backend`: the backends a test is marked with, and the server
     matrix's other versions where the test runs on "standalone" and `--servers` asks."""
