@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 
 from aioqueue.testing import EmbeddedServer
-from tests.support.properties import property_settings, property_timeout
+from tests.support.properties import property_settings
 from tests.support.queue_model import queue_model
 from tests.support.queue_model_check import check_redis_holds_exactly_the_model
 from tests.support.queue_model_state import HOUR_MS, Step
@@ -302,7 +302,7 @@ SETTINGS = property_settings(200, suppress_health_check=[HealthCheck.too_slow])
 
 pytestmark = [
     # A failure is shrunk for up to 5 minutes (Hypothesis's own limit) before it is reported.
-    pytest.mark.timeout(property_timeout(400)),
+    pytest.mark.timeout(400),
     # Reporting a failure imports libcst where it is installed, which warns on import.
     pytest.mark.filterwarnings("ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"),
 ]

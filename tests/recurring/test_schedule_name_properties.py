@@ -30,7 +30,7 @@ from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 from tests.support.common import SteppedRedis, server_time_ms
-from tests.support.properties import property_settings, property_timeout
+from tests.support.properties import property_settings
 
 HOUR_MS = 3_600_000
 # An hourly tick, far in the future: no tick's time comes during a test.
@@ -216,7 +216,7 @@ OVERTAKEN_AFTER_A_LOSS = [
 ]  # fmt: skip
 
 
-@pytest.mark.timeout(property_timeout(300))
+@pytest.mark.timeout(300)
 @property_settings(100, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=NAME_STEPS)
 @example(steps=OVERTAKEN_AFTER_A_LOSS)

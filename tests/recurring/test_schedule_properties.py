@@ -32,7 +32,7 @@ from aioqueue._recurring.spec import ScheduleSpec
 from aioqueue._wire.keys import QueueKeys
 from aioqueue.testing import EmbeddedServer
 from tests.support.common import SteppedRedis, server_time_ms
-from tests.support.properties import property_settings, property_timeout
+from tests.support.properties import property_settings
 
 T = TypeVar("T")
 KEYS = QueueKeys.for_type("prop", "Beat")
@@ -191,7 +191,7 @@ COME_BACK_AFTER_A_DOWNTIME = [
 ]  # fmt: skip
 
 
-@pytest.mark.timeout(property_timeout(300))
+@pytest.mark.timeout(300)
 @property_settings(100, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=STEPS)
 @example(steps=COME_BACK_AFTER_TWO_CHANGES)

@@ -4,7 +4,7 @@ By default each test runs its fixed number of sequences, derandomized, so the su
 deterministic and within its minutes. `--property-examples N` (tests/conftest.py) runs each
 with N random sequences instead, and no time limit: a soak. Random runs of a few thousand
 found what the fixed ones had missed for months (a name live under two schedule types, and
-three sequences the models misjudged), and each shrunk case then became an example the fixed
+four sequences the models misjudged), and each shrunk case then became an example the fixed
 run always replays.
 """
 
@@ -39,5 +39,7 @@ def property_settings(max_examples: int, **options: Any) -> settings:
 
 
 def property_timeout(seconds: float) -> float:
-    """A property-based test's time limit: `seconds`, or none (0) under a soak."""
+    """The time limit of a test that runs a property-based test inside it: `seconds`, or
+    none (0) under a soak. A Hypothesis test itself needs none of this: under a soak
+    tests/conftest.py lifts its limit, whatever its marker says."""
     return 0 if _soak_examples else seconds
