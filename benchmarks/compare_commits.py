@@ -56,6 +56,8 @@ def export(revision: str, into: Path) -> Path:
     if revision == "WORKTREE":
         return REPO
     tree = into / revision.replace("/", "_")
+    if tree.exists():  # the same revision on both sides: one tree serves both
+        return tree
     tree.mkdir()
     archive = subprocess.run(
         ["git", "-C", str(REPO), "archive", revision], check=True, capture_output=True
