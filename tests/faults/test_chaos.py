@@ -21,7 +21,6 @@ DURABLE_RATE here to add little load of their own."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from aioqueue._transport.client import RedisClient
 from aioqueue._wire.envelope import Envelope
 from aioqueue._wire.keys import QueueLayout
 from aioqueue._wire.store import QueueStore
+from tests.support.benchmark_scripts import import_benchmark_script
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHAOS = REPO_ROOT / "benchmarks" / "chaos.py"
@@ -208,8 +208,7 @@ def check_durable_enqueues(durable: dict[str, Any], summary: str) -> None:
 def chaos_leases(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """benchmarks/chaos_leases.py, the chaos run's lease counters, which these tests check:
     a module of a script, not of a package."""
-    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
-    return importlib.import_module("chaos_leases")
+    return import_benchmark_script(monkeypatch, "chaos_leases")
 
 
 def test_the_lease_counter_tells_every_call_of_the_latest_return(chaos_leases: ModuleType) -> None:

@@ -4,21 +4,19 @@ lease's end, which the guarantees page allows."""
 
 from __future__ import annotations
 
-import importlib
 import math
 import pathlib
 from types import ModuleType
 
 import pytest
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.support.benchmark_scripts import import_benchmark_script
 
 
 @pytest.fixture
 def chaos_flow(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """benchmarks/chaos_flow.py: a module of a script, not of a package."""
-    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
-    return importlib.import_module("chaos_flow")
+    return import_benchmark_script(monkeypatch, "chaos_flow")
 
 
 def call(event_id: str, attempt: int, due: float, claimed: float, ran: tuple[float, float]) -> str:

@@ -7,28 +7,26 @@ test's."""
 
 from __future__ import annotations
 
-import importlib
+import functools
 import re
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import redis.asyncio
 
 from aioqueue._wire.functions import LIBRARY, _script_names, library_source
-from aioqueue.testing import EmbeddedServer
+from tests.conftest import ServerFactory
+from tests.support.benchmark_scripts import import_benchmark_script
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # A figure in a tool's table: a number with its unit.
 FIGURE = r"\d[\d,]*\.\d+ µs"
 
 
 @pytest.fixture
 def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], ModuleType]:
-    """Imports a module of benchmarks/ (scripts, not a package) by name."""
-    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
-    return importlib.import_module
+    """Imports a script of benchmarks/ by name."""
+    return functools.partial(import_benchmark_script, monkeypatch)
 
 
 async def test_every_lease_floor_shape_takes_each_event_once_and_leaves_none(
@@ -95,7 +93,9 @@ async def test_script_text_recognises_every_delivery_each_way(
 
 
 async def test_script_ab_takes_turns_between_two_libraries(
-    benchmarks: Callable[[str], ModuleType], capsys: pytest.CaptureFixture[str]
+    benchmarks: Callable[[str], ModuleType],
+    server_factory: ServerFactory,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     script_ab = benchmarks("script_ab")
     # The current library beside a copy under another name: two sides whose scripts differ
@@ -106,17 +106,16 @@ async def test_script_ab_takes_turns_between_two_libraries(
         "base": (LIBRARY.name, LIBRARY.source),
         "head": (copy, library_source(_script_names(), copy)),
     }
-    with EmbeddedServer() as server:
-        # measure() raises unless SLOWLOG holds every call it made.
-        await script_ab.measure(server.url, names, 4_000, 500)
+    # measure() raises unless SLOWLOG holds every call it made.
+    await script_ab.measure(server_factory().url, names, 4_000, 500)
     table = capsys.readouterr().out
     for script in script_ab.SCRIPTS:
         row = re.search(
-            rf"^  {script} +base .* head/base (\d\.\d+) +\((\d+) and (\d+) calls\)", table, re.M
+            rf"^  {script} +base .* head/base \d\.\d+ +\((\d+) and (\d+) calls\)", table, re.M
         )
         assert row is not None, table
         # 4,000 events in batches of 500, the sides taking turns: four full batches each.
-        assert (row[2], row[3]) == ("4", "4"), table
+        assert (row[1], row[2]) == ("4", "4"), table
     assert re.search(r"both +head/base \d\.\d+", table), table
 
 
