@@ -1,7 +1,8 @@
 """A real headless Chromium and a real `aioqueue serve` process for the dashboard tests.
 
 Chromium and ChromeDriver come from Debian (`chromium`, `chromium-driver`); the fixture
-installs them with apt-get when they are missing and the tests run as root, as CI does.
+installs them with apt-get when they are missing and the tests run as root, as CI does, one
+test process at a time (tests/support/apt_turns.py).
 Registered as a plugin in conftest.py, so every dashboard test module shares one browser.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 
 import anyio
@@ -23,6 +23,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from aioqueue import Event, EventServiceBuilder, event_type_name
 from aioqueue.testing import EmbeddedServer
+from tests.support.apt_turns import apt_get, apt_turn
 from tests.support.common import queue_key, wait_until
 from tests.support.ops import ServedApp, serve
 
@@ -48,15 +49,13 @@ def _browser_binaries() -> tuple[str, str]:
         return chromium, driver
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         pytest.fail("the dashboard test needs Debian's chromium and chromium-driver packages")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=600)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "chromium", "chromium-driver"],
-        check=True,
-        env=env,
-        timeout=900,
-        stdout=subprocess.DEVNULL,
-    )
+    with apt_turn():
+        # Another test process may have installed them while this one waited for its turn.
+        chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+        if chromium and driver:
+            return chromium, driver
+        apt_get(["update", "-qq"], timeout=600)
+        apt_get(["install", "-y", "-qq", "chromium", "chromium-driver"], timeout=900)
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     assert chromium, "apt-get installed chromium but it is not on PATH"
     assert driver, "apt-get installed chromium-driver but chromedriver is not on PATH"

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.apt_turns import apt_get, apt_turn
+
 PACKAGE = "prometheus"
 
 
@@ -63,8 +65,8 @@ def _unpack() -> Path:
         result = _download(Path(download))
         if result.returncode != 0 and os.geteuid() == 0:
             # A fresh machine has no package lists yet: fetching them needs root.
-            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=600)
+            with apt_turn():
+                apt_get(["update", "-qq"], timeout=600)
             result = _download(Path(download))
         if result.returncode != 0:
             pytest.fail(

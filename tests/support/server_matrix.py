@@ -34,6 +34,8 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tests.support.apt_turns import apt_get, apt_turn
+
 __all__ = [
     "CORE_TESTS",
     "DEFAULT",
@@ -136,7 +138,8 @@ def _fetch_debian(target: pathlib.Path) -> None:
         result = subprocess.run(command, cwd=download, capture_output=True, text=True)
         if result.returncode != 0 and os.geteuid() == 0:
             # A fresh machine has no package lists yet: fetching them needs root.
-            subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
+            with apt_turn():
+                apt_get(["update", "-qq"], timeout=600)
             result = subprocess.run(command, cwd=download, capture_output=True, text=True)
         if result.returncode != 0:
             raise ServerMissingError(
